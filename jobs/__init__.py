@@ -1,0 +1,37 @@
+"""durable-jobs: accepted work reaches one committed result or an operator's quarantine.
+
+Public API: `jobs.submit(...)`, `jobs.handler`, `jobs.execute(job_id)`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .models import Job
+    from .runtime import ExecutionReport
+
+
+def submit(**kwargs: Any) -> Job:
+    """Accept a job (see jobs.services.job_submit); callable in or out of a transaction."""
+    from .services import job_submit
+
+    return job_submit(**kwargs)
+
+
+def execute(job_id: Any) -> ExecutionReport:
+    """Run one delivery of a job through the fenced worker protocol."""
+    from .runtime import execute as run
+
+    return run(job_id)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "handler":
+        from .registry import handler
+
+        return handler
+    raise AttributeError(name)
+
+
+__all__ = ["execute", "handler", "submit"]

@@ -1,0 +1,67 @@
+"""Built-in kinds: a no-op for benchmarks and the seed's report job (job 84)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..context import JobContext
+from ..notify import notify_send
+from ..registry import handler
+from . import drills  # noqa: F401  (registers the drill kinds)
+
+
+@handler("noop", max_attempts=3, lease_seconds=30)
+def noop(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True}
+
+
+REPORT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "minLength": 1, "maxLength": 200},
+        "rows": {"type": "array", "items": {"type": "array"}, "maxItems": 10000},
+        "reviewer": {"type": "integer"},
+    },
+    "required": ["title"],
+    "additionalProperties": False,
+}
+
+
+def render_report(input: dict[str, Any]) -> bytes:
+    """Deterministic for one input: a retry must produce byte-identical artifacts."""
+    lines = [f"# {input['title']}", ""]
+    for row in input.get("rows", []):
+        lines.append(" | ".join(str(cell) for cell in row))
+    lines.append("")
+    lines.append(f"rows: {len(input.get('rows', []))}")
+    return "\n".join(lines).encode()
+
+
+@handler(
+    "report.generate",
+    max_attempts=5,
+    max_elapsed=3600,
+    lease_seconds=30,
+    base_delay=0.5,
+    max_delay=30,
+    responsible="reports-team",
+    input_schema=REPORT_SCHEMA,
+)
+def report_generate(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Seed 004's job 84: store the report under a stable name, then send one notice."""
+    ctx.check_access()
+    artifact = ctx.artifact("report.md", render_report(input))
+    notice = ctx.effect(
+        "completion_notice",
+        lambda key: notify_send(
+            idempotency_key=key,
+            body={
+                "job_id": str(ctx.job_id),
+                "input_version": ctx.input_version,
+                "artifact": artifact,
+                "reviewer": input.get("reviewer"),
+            },
+        ),
+    )
+    return {"artifact": artifact, "notice": notice, "summary": json.dumps({"title": input["title"]})}

@@ -1,0 +1,321 @@
+"""Job, its event trail, the effect ledger, quarantine, tenants and stored objects."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from .states import ACTIVE, CLAIMABLE, TERMINAL, JobState, choices
+
+
+def _in(states: frozenset[JobState] | set[JobState]) -> list[str]:
+    return sorted(state.value for state in states)
+
+
+class Tenant(models.Model):
+    """A group of users who may see each other's jobs."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="tenants", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StoredObject(models.Model):
+    """An upload kept in Django storage; jobs name it instead of carrying its bytes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.PROTECT)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    storage_name = models.CharField(max_length=300, unique=True)
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    content_type = models.CharField(max_length=200, default="application/octet-stream")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"object {self.id}"
+
+
+class Job(models.Model):
+    """One accepted unit of deferred work; the database row is the truth about it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=100)
+    kind_version = models.PositiveIntegerField(default=1)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    business_key = models.CharField(max_length=200, null=True, blank=True)
+    input_version = models.PositiveIntegerField(default=1)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64)
+    input = models.JSONField(default=dict, blank=True)
+    input_ref = models.ForeignKey(
+        StoredObject, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    serialization_key = models.CharField(max_length=200, null=True, blank=True)
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+
+    state = models.CharField(max_length=20, choices=choices(), default=JobState.QUEUED.value)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    generation = models.PositiveBigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    result = models.JSONField(null=True, blank=True)
+    error_category = models.CharField(max_length=50, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="jobs_job_state_valid", condition=Q(state__in=_in(set(JobState)))
+            ),
+            models.CheckConstraint(
+                name="jobs_job_leased_has_lease",
+                condition=~Q(state=JobState.LEASED.value)
+                | Q(lease_owner__isnull=False, lease_until__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="jobs_job_claimable_has_due_time",
+                condition=~Q(state__in=_in(CLAIMABLE)) | Q(next_attempt_at__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="jobs_job_finished_iff_terminal",
+                condition=(Q(state__in=_in(TERMINAL)) & Q(finished_at__isnull=False))
+                | (~Q(state__in=_in(TERMINAL)) & Q(finished_at__isnull=True)),
+            ),
+            models.CheckConstraint(
+                name="jobs_job_succeeded_has_result",
+                condition=~Q(state=JobState.SUCCEEDED.value) | Q(result__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="jobs_job_attempt_within_generation", condition=Q(attempt__lte=models.F("generation"))
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobs_job_unique_idempotency_key",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "business_key", "input_version"],
+                condition=Q(business_key__isnull=False),
+                name="jobs_job_unique_logical_job",
+            ),
+            # The database, not a lock in Python, keeps one leased job per serialization key.
+            models.UniqueConstraint(
+                fields=["serialization_key"],
+                condition=Q(serialization_key__isnull=False, state=JobState.LEASED.value),
+                name="jobs_job_one_leased_per_serialization_key",
+            ),
+        ]
+        indexes = [
+            # "Due work": index-only for id by due time, only the claimable rows.
+            models.Index(
+                fields=["next_attempt_at"],
+                include=["id"],
+                condition=Q(state__in=_in(CLAIMABLE)),
+                name="jobs_job_due_idx",
+            ),
+            # "Expired leases": only leased rows, index-only for id by expiry.
+            models.Index(
+                fields=["lease_until"],
+                include=["id", "generation"],
+                condition=Q(state=JobState.LEASED.value),
+                name="jobs_job_lease_expiry_idx",
+            ),
+            models.Index(
+                fields=["created_at"],
+                condition=Q(state__in=_in(ACTIVE)),
+                name="jobs_job_active_created_idx",
+            ),
+            models.Index(
+                fields=["serialization_key", "created_at"],
+                condition=Q(serialization_key__isnull=False, state__in=_in(ACTIVE)),
+                name="jobs_job_serial_active_idx",
+            ),
+            models.Index(fields=["state", "kind"], name="jobs_job_state_kind_idx"),
+            models.Index(fields=["tenant", "-created_at"], name="jobs_job_tenant_created_idx"),
+            models.Index(fields=["owner", "-created_at"], name="jobs_job_owner_created_idx"),
+            models.Index(fields=["finished_at"], name="jobs_job_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} [{self.state}]"
+
+    @property
+    def job_state(self) -> JobState:
+        return JobState(self.state)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.job_state in TERMINAL or self.job_state == JobState.QUARANTINED
+
+
+class JobEvent(models.Model):
+    """Append-only trail of every transition: the traceable record of an accepted job."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=20, blank=True, default="")
+    to_state = models.CharField(max_length=20)
+    generation = models.PositiveBigIntegerField()
+    attempt = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    actor = models.CharField(max_length=200, blank=True, default="")
+    reason = models.CharField(max_length=500, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "at"], name="jobs_jobevent_job_at_idx")]
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_state or '-'} -> {self.to_state} (gen {self.generation})"
+
+
+class EffectState(models.TextChoices):
+    PENDING = "pending"  # recorded before the external call; outcome not known yet
+    APPLIED = "applied"  # the call succeeded; never called again
+    UNCERTAIN = "uncertain"  # the call may have happened (timeout): retry with the same key
+    FAILED = "failed"  # the call definitely failed: retry with the same key
+
+
+class EffectLedgerEntry(models.Model):
+    """One business effect per (job, input version, name), with its provider idempotency key."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="effects")
+    input_version = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    local = models.BooleanField(default=False)
+    state = models.CharField(max_length=20, choices=EffectState.choices)
+    generation = models.PositiveBigIntegerField()
+    calls = models.PositiveIntegerField(default=0)
+    outcome = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "effect ledger entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "input_version", "name"], name="jobs_effect_unique_key"
+            ),
+            models.CheckConstraint(
+                name="jobs_effect_applied_has_time",
+                condition=~Q(state="applied") | Q(applied_at__isnull=False),
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(state__in=["pending", "uncertain"]),
+                name="jobs_effect_open_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key} [{self.state}]"
+
+
+class QuarantineStatus(models.TextChoices):
+    OPEN = "open"  # waiting for an operator decision
+    REDRIVEN = "redriven"  # retried with the same input version
+    CORRECTED = "corrected"  # replayed as a new input version
+    DISCARDED = "discarded"  # marked failed for good
+
+
+class QuarantineRecord(models.Model):
+    """Why a job stopped and who must decide; never the raw payload."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="quarantines")
+    kind = models.CharField(max_length=100)
+    reason = models.CharField(max_length=500)
+    category = models.CharField(max_length=50)
+    input_version = models.PositiveIntegerField()
+    attempts = models.PositiveIntegerField()
+    generation = models.PositiveBigIntegerField()
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    responsible = models.CharField(max_length=200)
+    status = models.CharField(
+        max_length=20, choices=QuarantineStatus.choices, default=QuarantineStatus.OPEN
+    )
+    resolution_note = models.TextField(blank=True, default="")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    replacement = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        permissions = [("redrive_quarantinerecord", "Can redrive or discard quarantined jobs")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(status="open"),
+                name="jobs_quarantine_one_open_per_job",
+            ),
+            models.CheckConstraint(
+                name="jobs_quarantine_resolved_has_time",
+                condition=Q(status="open") | Q(resolved_at__isnull=False),
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "-created_at"], name="jobs_quar_status_idx")]
+
+    def __str__(self) -> str:
+        return f"quarantine {self.job_id}: {self.reason}"
+
+
+class Signal(models.Model):
+    """Cross-process counters of rare events (stale writes, duplicate deliveries...)."""
+
+    name = models.CharField(max_length=100)
+    label = models.CharField(max_length=100, blank=True, default="")
+    value = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "label"], name="jobs_signal_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.label}}}={self.value}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Workers seen recently (for the ops page): one row per worker name."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name

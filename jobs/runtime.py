@@ -1,0 +1,168 @@
+"""`execute(job_id)`: the fenced worker protocol behind the `jobs.execute` Celery task.
+
+  1. Load the job. Finished (terminal or quarantined): a duplicate delivery; ack and stop.
+  2. Claim it (jobs.leases). Zero rows: a live lease elsewhere, not due yet, or not its turn
+     in its serialization key: ack and stop; the owner, the reaper or the outbox covers it.
+  3. A heartbeat thread extends the lease every lease/3; a lost lease makes ctx.cancelled
+     true and every later fenced write raise LeaseLost.
+  4. Run the handler. 5. Commit the outcome (success, scheduled retry, quarantine) in one
+     transaction fenced by the generation. 6. Return, and only then Celery acks the message
+     (acks_late). A crash before 5 leaves a leased job: redelivery or the reaper recovers it,
+     and the effect ledger keeps external effects single. A crash between 5 and 6 redelivers a
+     message for a finished job: step 1 acknowledges it without running anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+from dataclasses import dataclass
+from enum import StrEnum
+from uuid import UUID
+
+from django.conf import settings
+from django.utils import timezone
+
+from . import registry, services
+from .context import JobContext
+from .exceptions import LeaseLost
+from .failpoints import failpoint
+from .leases import Heartbeat, Lease, job_claim
+from .models import Job
+from .retry import Action, Category, Decision, classify, decide
+from .selectors import job_get
+from .signals import (
+    DEFERRED_DELIVERIES,
+    DUPLICATE_DELIVERIES,
+    INCOMPATIBLE_DEPLOYMENT,
+    signal_increment,
+)
+
+logger = logging.getLogger(__name__)
+
+INCOMPATIBLE_RETRY_DELAY = 30.0
+_rng = random.SystemRandom()
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    QUARANTINED = "quarantined"
+    CANCELLED = "cancelled"
+    DUPLICATE = "duplicate"  # finished already, or a live lease elsewhere
+    DEFERRED = "deferred"  # not its turn (serialization key, concurrency cap, not due)
+    MISSING = "missing"
+    INCOMPATIBLE = "incompatible"
+    STALE = "stale"  # our lease was taken over; our writes were rejected
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    outcome: Outcome
+    job_id: str
+    generation: int | None = None
+
+
+def worker_name() -> str:
+    base = settings.JOBS_WORKER_NAME or f"{socket.gethostname()}"
+    return f"{base}:{os.getpid()}"
+
+
+def _miss(job: Job) -> Outcome:
+    """Why a claim found nothing: a lease alive elsewhere is a duplicate delivery."""
+    job.refresh_from_db(fields=["state", "lease_until"])
+    if job.is_finished or (job.state == "leased" and job.lease_until and job.lease_until > timezone.now()):
+        signal_increment(DUPLICATE_DELIVERIES)
+        return Outcome.DUPLICATE
+    signal_increment(DEFERRED_DELIVERIES)
+    return Outcome.DEFERRED
+
+
+def execute(job_id: UUID | str, *, worker: str | None = None) -> ExecutionReport:
+    """Run one delivery of `job_id` through the fenced protocol (module docstring)."""
+    job = job_get(job_id)
+    if job is None:
+        logger.error("delivery for unknown job", extra={"job_id": str(job_id)})
+        return ExecutionReport(Outcome.MISSING, str(job_id))
+    if job.is_finished:
+        signal_increment(DUPLICATE_DELIVERIES)
+        logger.info("duplicate delivery of a finished job", extra={"job_id": str(job.pk)})
+        return ExecutionReport(Outcome.DUPLICATE, str(job.pk))
+    spec = registry.kind_version(job.kind, job.kind_version)
+    lease_seconds = spec.lease_seconds if spec else settings.JOBS_DEFAULT_LEASE_SECONDS
+    lease = job_claim(job, worker=worker or worker_name(), lease_seconds=lease_seconds)
+    if lease is None:
+        return ExecutionReport(_miss(job), str(job.pk))
+    failpoint("worker.after_claim")
+    if spec is None:
+        signal_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{job.kind}:v{job.kind_version}")
+        services.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
+        return ExecutionReport(Outcome.INCOMPATIBLE, str(job.pk), lease.generation)
+    try:
+        outcome = _run_leased(job, lease, spec)
+    except LeaseLost:
+        logger.warning("lease lost; outcome discarded", extra=lease.log_extra())
+        outcome = Outcome.STALE
+    if outcome is not Outcome.STALE:
+        failpoint("worker.after_complete_before_ack")
+    return ExecutionReport(outcome, str(job.pk), lease.generation)
+
+
+def _run_leased(job: Job, lease: Lease, spec: registry.KindSpec) -> Outcome:
+    ctx = JobContext(lease)
+    heartbeat = Heartbeat(lease, on_lost=ctx.mark_lost, on_cancel=ctx.mark_cancel_requested)
+    if job.cancel_requested_at is not None:
+        ctx.mark_cancel_requested()
+    heartbeat.start()
+    try:
+        spec.validate(job.input)
+        result = spec.fn(ctx, job.input)
+        error: BaseException | None = None
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        result, error = None, exc
+    finally:
+        heartbeat.stop()
+    if ctx.lease_lost:
+        raise LeaseLost(f"job {lease.job_id}: lease lost while running")
+    if ctx.cancel_requested:
+        services.job_cancel_finish(lease, reason="cancelled while running")
+        return Outcome.CANCELLED
+    if error is not None:
+        return _fail(lease, spec, error)
+    failpoint("worker.after_effect_before_complete")
+    if not isinstance(result, dict):
+        return _fail(lease, spec, TypeError(f"handler returned {type(result).__name__}, not dict"))
+    services.job_complete(lease, result=result, local_effects=ctx.local_effects)
+    logger.info("job succeeded", extra=lease.log_extra())
+    return Outcome.SUCCEEDED
+
+
+def _fail(lease: Lease, spec: registry.KindSpec, error: BaseException) -> Outcome:
+    category, label = classify(error)
+    decision: Decision = decide(
+        category=category,
+        label=label,
+        attempt=lease.attempt,
+        policy=spec.policy,
+        deadline=lease.deadline,
+        now=timezone.now(),
+        rng=_rng,
+    )
+    message = f"{type(error).__name__}: {error}"
+    log = {**lease.log_extra(), "category": category.value, "error_type": type(error).__name__}
+    if decision.action is Action.RETRY:
+        services.job_retry_schedule(lease, decision=decision, error_message=message)
+        logger.info("job failed; retry scheduled in %.2fs", decision.delay, extra=log)
+        return Outcome.RETRY_SCHEDULED
+    services.job_quarantine(
+        lease, decision=decision, error_message=message, responsible=spec.responsible
+    )
+    logger.warning("job quarantined: %s", decision.reason, extra=log)
+    return Outcome.QUARANTINED
+
+
+__all__ = ["Category", "ExecutionReport", "Outcome", "execute"]

@@ -1,0 +1,484 @@
+"""Writes to jobs. Each service owns its transaction; each state change is a guarded UPDATE."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from outbox.services import outbox_enqueue
+
+from . import registry
+from .effects import effect_apply_local
+from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition, LeaseLost
+from .leases import Lease, job_update_if_leased, report_stale_write
+from .models import Job, JobEvent, QuarantineRecord, StoredObject, Tenant
+from .retry import Decision
+from .states import ACTIVE, CLAIMABLE, JobState, sources_of
+
+logger = logging.getLogger(__name__)
+
+EXECUTE_TASK = "jobs.execute"
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def job_request_fingerprint(
+    *,
+    kind: str,
+    input: Any,
+    business_key: str | None,
+    input_version: int,
+    serialization_key: str | None,
+    input_ref: UUID | None,
+    tenant_id: int | None,
+) -> str:
+    """What makes two submissions 'the same request' for idempotency."""
+    body = {
+        "kind": kind,
+        "input": input,
+        "business_key": business_key,
+        "input_version": input_version,
+        "serialization_key": serialization_key,
+        "input_ref": str(input_ref) if input_ref else None,
+        "tenant": tenant_id,
+    }
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+def job_event_record(
+    job: Job | Lease,
+    *,
+    from_state: str,
+    to_state: str,
+    reason: str,
+    worker: str = "",
+    actor: str = "",
+    details: dict[str, Any] | None = None,
+) -> JobEvent:
+    job_id = job.job_id if isinstance(job, Lease) else job.pk
+    return JobEvent.objects.create(
+        job_id=job_id,
+        from_state=from_state,
+        to_state=to_state,
+        generation=job.generation,
+        attempt=job.attempt,
+        worker=worker,
+        actor=actor,
+        reason=reason[:500],
+        details=details or {},
+    )
+
+
+def job_enqueue_execute(
+    *, job_id: UUID, queue: str, generation_hint: int, available_at: datetime | None = None
+) -> None:
+    """The one way work reaches a worker: an outbox row in the caller's transaction."""
+    outbox_enqueue(
+        task_name=EXECUTE_TASK,
+        queue=queue,
+        job_id=job_id,
+        kwargs={"job_id": str(job_id), "generation": generation_hint},
+        available_at=available_at,
+    )
+
+
+def _existing_for_replay(
+    *, owner: AbstractBaseUser, idempotency_key: str | None, kind: str, business_key: str | None,
+    input_version: int,
+) -> Job | None:
+    if idempotency_key:
+        found = Job.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+        if found is not None:
+            return found
+    if business_key:
+        return Job.objects.filter(
+            kind=kind, business_key=business_key, input_version=input_version
+        ).first()
+    return None
+
+
+def _check_replay(existing: Job, fingerprint: str) -> Job:
+    if existing.request_fingerprint != fingerprint:
+        if existing.idempotency_key:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request body; "
+                "use a new key for a new request"
+            )
+        raise IdempotencyConflict(
+            "a job for this kind, business_key and input_version already exists with a "
+            "different request; submit a new input_version to change it"
+        )
+    existing.replayed = True  # type: ignore[attr-defined]
+    return existing
+
+
+def _supersede_older_versions(job: Job) -> None:
+    """A newer input version makes queued older versions of one business key pointless."""
+    if not job.business_key:
+        return
+    now = timezone.now()
+    older = list(
+        Job.objects.select_for_update(skip_locked=True).filter(
+            kind=job.kind,
+            business_key=job.business_key,
+            input_version__lt=job.input_version,
+            state__in=[s.value for s in CLAIMABLE],
+        )
+    )
+    for old in older:
+        updated = Job.objects.filter(pk=old.pk, state=old.state).update(
+            state=JobState.CANCELLED.value,
+            finished_at=now,
+            error_category="superseded",
+            error_message=f"superseded by input version {job.input_version} ({job.pk})",
+            updated_at=now,
+        )
+        if updated:
+            job_event_record(
+                old,
+                from_state=old.state,
+                to_state=JobState.CANCELLED.value,
+                reason=f"superseded by input version {job.input_version}",
+                details={"superseded_by": str(job.pk)},
+            )
+
+
+def job_submit(
+    *,
+    kind: str,
+    input: dict[str, Any],
+    owner: AbstractBaseUser,
+    tenant: Tenant | None = None,
+    business_key: str | None = None,
+    input_version: int = 1,
+    idempotency_key: str | None = None,
+    serialization_key: str | None = None,
+    input_ref: StoredObject | None = None,
+    replay_of: Job | None = None,
+) -> Job:
+    """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
+
+    A replay (same idempotency key per owner, or the same kind/business_key/input_version)
+    returns the existing job with `replayed=True`; the same key with a different request
+    raises IdempotencyConflict.
+    """
+    spec = registry.kind_latest(kind)
+    encoded = _canonical(input)
+    if len(encoded.encode()) > settings.JOBS_MAX_INPUT_BYTES:
+        raise InputTooLarge(
+            f"input is {len(encoded.encode())} bytes, over JOBS_MAX_INPUT_BYTES="
+            f"{settings.JOBS_MAX_INPUT_BYTES}; upload it and pass an object reference"
+        )
+    spec.validate(input)
+    fingerprint = job_request_fingerprint(
+        kind=kind,
+        input=input,
+        business_key=business_key,
+        input_version=input_version,
+        serialization_key=serialization_key,
+        input_ref=input_ref.pk if input_ref else None,
+        tenant_id=tenant.pk if tenant else None,
+    )
+    existing = _existing_for_replay(
+        owner=owner, idempotency_key=idempotency_key, kind=kind, business_key=business_key,
+        input_version=input_version,
+    )
+    if existing is not None:
+        return _check_replay(existing, fingerprint)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                kind=kind,
+                kind_version=spec.version,
+                owner=owner,
+                tenant=tenant,
+                business_key=business_key,
+                input_version=input_version,
+                idempotency_key=idempotency_key,
+                request_fingerprint=fingerprint,
+                input=input,
+                input_ref=input_ref,
+                serialization_key=serialization_key,
+                replay_of=replay_of,
+                state=JobState.QUEUED.value,
+                max_attempts=spec.policy.max_attempts,
+                next_attempt_at=now,
+                deadline=now + timedelta(seconds=spec.policy.max_elapsed),
+            )
+            job_event_record(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
+            _supersede_older_versions(job)
+            if _is_head_of_serialization_key(job):
+                job_enqueue_execute(job_id=job.pk, queue=spec.queue, generation_hint=0)
+    except IntegrityError:
+        # A concurrent submit of the same key or logical job won the unique index.
+        existing = _existing_for_replay(
+            owner=owner, idempotency_key=idempotency_key, kind=kind, business_key=business_key,
+            input_version=input_version,
+        )
+        if existing is None:
+            raise
+        return _check_replay(existing, fingerprint)
+    job.replayed = False  # type: ignore[attr-defined]
+    return job
+
+
+def _serialization_lock(key: str) -> None:
+    """Submit and hand-over of one key take turns, so no wake-up is lost between them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"jobs.serial:{key}"])
+
+
+def _is_head_of_serialization_key(job: Job) -> bool:
+    """Only the oldest active job of a key gets a message; the rest wait for their turn."""
+    if not job.serialization_key:
+        return True
+    _serialization_lock(job.serialization_key)
+    return not Job.objects.filter(
+        serialization_key=job.serialization_key,
+        state__in=[s.value for s in ACTIVE],
+        created_at__lt=job.created_at,
+    ).exists()
+
+
+def _successor_enqueue(job_id: UUID, serialization_key: str | None) -> None:
+    """When a job of a key leaves the active states, hand the key to the next one in order."""
+    if not serialization_key:
+        return
+    _serialization_lock(serialization_key)
+    successor = (
+        Job.objects.filter(
+            serialization_key=serialization_key, state__in=[s.value for s in CLAIMABLE]
+        )
+        .exclude(pk=job_id)
+        .order_by("created_at", "id")
+        .first()
+    )
+    if successor is not None:
+        spec = registry.kind_version(successor.kind, successor.kind_version)
+        job_enqueue_execute(
+            job_id=successor.pk,
+            queue=spec.queue if spec else "jobs",
+            generation_hint=successor.generation,
+            available_at=successor.next_attempt_at,
+        )
+
+
+def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[Any]) -> None:
+    """Success: result, state, local effects, event and successor commit together, fenced."""
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            job_update_if_leased(
+                lease,
+                state=JobState.SUCCEEDED.value,
+                result=result,
+                finished_at=now,
+                error_category="",
+                error_message="",
+                updated_at=now,
+            )
+            for name, fn in local_effects:
+                effect_apply_local(lease, name, fn)
+            job_event_record(
+                lease,
+                from_state=JobState.LEASED.value,
+                to_state=JobState.SUCCEEDED.value,
+                reason="completed",
+                worker=lease.worker,
+            )
+            _successor_enqueue(lease.job_id, lease.serialization_key)
+    except LeaseLost:
+        report_stale_write(lease, "complete")
+        raise
+
+
+def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) -> None:
+    """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time."""
+    spec = registry.kind_version(lease.kind, lease.kind_version)
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            due = now + timedelta(seconds=decision.delay)
+            job_update_if_leased(
+                lease,
+                state=JobState.RETRY_WAIT.value,
+                next_attempt_at=due,
+                error_category=decision.category.value,
+                error_message=error_message[:2000],
+                updated_at=now,
+            )
+            job_event_record(
+                lease,
+                from_state=JobState.LEASED.value,
+                to_state=JobState.RETRY_WAIT.value,
+                reason=decision.reason,
+                worker=lease.worker,
+                details=decision.as_details(),
+            )
+            job_enqueue_execute(
+                job_id=lease.job_id,
+                queue=spec.queue if spec else "jobs",
+                generation_hint=lease.generation,
+                available_at=due,
+            )
+    except LeaseLost:
+        report_stale_write(lease, "retry")
+        raise
+
+
+def job_quarantine(
+    lease: Lease, *, decision: Decision, error_message: str, responsible: str
+) -> None:
+    """Stop for an operator: quarantined, with a record that carries no payload."""
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            job_update_if_leased(
+                lease,
+                state=JobState.QUARANTINED.value,
+                error_category=decision.category.value,
+                error_message=error_message[:2000],
+                updated_at=now,
+            )
+            job_event_record(
+                lease,
+                from_state=JobState.LEASED.value,
+                to_state=JobState.QUARANTINED.value,
+                reason=decision.reason,
+                worker=lease.worker,
+                details=decision.as_details(),
+            )
+            QuarantineRecord.objects.create(
+                job_id=lease.job_id,
+                kind=lease.kind,
+                reason=decision.reason[:500],
+                category=decision.category.value,
+                input_version=lease.input_version,
+                attempts=lease.attempt,
+                generation=lease.generation,
+                last_attempt_at=lease.claimed_at,
+                responsible=responsible,
+            )
+            _successor_enqueue(lease.job_id, lease.serialization_key)
+    except LeaseLost:
+        report_stale_write(lease, "quarantine")
+        raise
+
+
+def job_release_incompatible(lease: Lease, *, delay: float) -> None:
+    """This worker cannot run the job's kind version: give it back without spending an attempt."""
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            due = now + timedelta(seconds=delay)
+            job_update_if_leased(
+                lease,
+                state=JobState.RETRY_WAIT.value,
+                attempt=lease.attempt - 1,
+                next_attempt_at=due,
+                updated_at=now,
+            )
+            job_event_record(
+                lease,
+                from_state=JobState.LEASED.value,
+                to_state=JobState.RETRY_WAIT.value,
+                reason=f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}",
+                worker=lease.worker,
+                details={"decision": "release", "delay_seconds": delay},
+            )
+            job_enqueue_execute(
+                job_id=lease.job_id, queue="jobs", generation_hint=lease.generation,
+                available_at=due,
+            )
+    except LeaseLost:
+        report_stale_write(lease, "release")
+        raise
+
+
+def job_cancel_finish(lease: Lease, *, reason: str) -> None:
+    """A running job stopped after a cancel request: it ends cancelled, fenced."""
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            job_update_if_leased(
+                lease, state=JobState.CANCELLED.value, finished_at=now, updated_at=now,
+                error_category="cancelled", error_message=reason,
+            )
+            job_event_record(
+                lease,
+                from_state=JobState.LEASED.value,
+                to_state=JobState.CANCELLED.value,
+                reason=reason,
+                worker=lease.worker,
+            )
+            _successor_enqueue(lease.job_id, lease.serialization_key)
+    except LeaseLost:
+        report_stale_write(lease, "cancel")
+        raise
+
+
+def job_cancel(*, job_id: UUID, actor: str) -> Job:
+    """Cancel now if waiting; ask a running job to stop; refuse a finished job."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        now = timezone.now()
+        state = job.job_state
+        if state in CLAIMABLE:
+            Job.objects.filter(pk=job.pk, state=state.value).update(
+                state=JobState.CANCELLED.value, finished_at=now, updated_at=now,
+                error_category="cancelled", error_message=f"cancelled by {actor}",
+            )
+            job_event_record(
+                job, from_state=state.value, to_state=JobState.CANCELLED.value,
+                reason="cancelled", actor=actor,
+            )
+            _successor_enqueue(job.pk, job.serialization_key)
+        elif state == JobState.LEASED:
+            if job.cancel_requested_at is None:
+                Job.objects.filter(pk=job.pk, state=state.value).update(
+                    cancel_requested_at=now, updated_at=now
+                )
+                job_event_record(
+                    job, from_state=state.value, to_state=state.value,
+                    reason="cancel requested", actor=actor,
+                )
+        elif state != JobState.CANCELLED:
+            raise InvalidTransition(f"job {job_id} is {state.value}; it can no longer be cancelled")
+        job.refresh_from_db()
+        return job
+
+
+def job_transition(
+    *, job: Job, to: JobState, actor: str, reason: str, **fields: Any
+) -> None:
+    """Operator transition outside a lease, guarded by the current state and the table."""
+    source = job.job_state
+    if source not in sources_of(to):
+        raise InvalidTransition(f"job {job.pk}: {source.value} -> {to.value} is not allowed")
+    now = timezone.now()
+    updated = Job.objects.filter(pk=job.pk, state=source.value, generation=job.generation).update(
+        state=to.value, updated_at=now, **fields
+    )
+    if updated != 1:
+        raise InvalidTransition(f"job {job.pk} changed under us; reload and try again")
+    job.state = to.value
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job_event_record(job, from_state=source.value, to_state=to.value, reason=reason, actor=actor)
+
+
+def jobs_active_q() -> Q:
+    return Q(state__in=[s.value for s in ACTIVE])

@@ -1,0 +1,47 @@
+"""Cross-process counters of rare events, kept in the database so every process agrees.
+
+Hot-path facts (accepted, completed, backlog) are read from the job table at scrape time;
+these counters are for events no row records: duplicate deliveries, stale writes rejected,
+effects reused, expired leases, incompatible deployments.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+DUPLICATE_DELIVERIES = "duplicate_deliveries_total"
+DUPLICATE_EFFECTS = "duplicate_effects_total"
+STALE_WRITES_REJECTED = "stale_writes_rejected_total"
+EFFECTS_REUSED = "effects_reused_total"
+EXPIRED_LEASES = "expired_leases_total"
+INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
+RELAY_PUBLISHED = "relay_published_total"
+DEFERRED_DELIVERIES = "deferred_deliveries_total"
+
+_UPSERT = """
+INSERT INTO jobs_signal (name, label, value, updated_at) VALUES (%s, %s, %s, now())
+ON CONFLICT (name, label) DO UPDATE SET value = jobs_signal.value + EXCLUDED.value,
+updated_at = now()
+"""
+
+
+def signal_increment(name: str, *, label: str = "", by: int = 1) -> None:
+    """Add `by` to a counter. Call it outside a transaction that may roll back."""
+    if by <= 0:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_UPSERT, [name, label, by])
+
+
+def signal_values() -> dict[tuple[str, str], int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, label, value FROM jobs_signal")
+        return {(name, label): value for name, label, value in cursor.fetchall()}
+
+
+def signal_value(name: str, *, label: str = "") -> int:
+    return signal_values().get((name, label), 0)

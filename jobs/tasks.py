@@ -1,0 +1,22 @@
+"""Thin Celery entry points. Jobs never use Celery retries, ETAs or countdowns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from . import runtime
+from .reaper import jobs_reap
+
+
+@shared_task(name="jobs.execute", ignore_result=True, acks_late=True)
+def execute(job_id: str, generation: int | None = None) -> None:
+    """Deliver one job; the message carries only its id and a generation hint."""
+    runtime.execute(job_id)
+
+
+@shared_task(name="jobs.maintenance.reap", ignore_result=False)
+def reap() -> dict[str, Any]:
+    result = jobs_reap()
+    return {"expired": result.expired, "retried": result.retried, "quarantined": result.quarantined}

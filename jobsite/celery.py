@@ -1,0 +1,22 @@
+"""The Celery app: transport for job ids, configured from Django settings (CELERY_*)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_init
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+
+app = Celery("jobsite")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _refuse_unsafe_settings(sender: Any = None, **kwargs: Any) -> None:
+    from jobs.worker_checks import check_worker_settings
+
+    check_worker_settings(app.conf)

@@ -1,0 +1,14 @@
+"""URL wiring only."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+from jobs.health import healthz, readyz
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+]

@@ -1,0 +1,48 @@
+"""The transactional outbox: an intent to publish, committed with the business row."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxEntry(models.Model):
+    """One message to publish: a task name, a queue and a small JSON body (never a payload)."""
+
+    id = models.BigAutoField(primary_key=True)
+    task_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100)
+    job_id = models.UUIDField(null=True, blank=True, db_index=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    available_at = models.DateTimeField()
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "outbox entries"
+        indexes = [
+            # The relay's only question: which unpublished rows are due?
+            models.Index(
+                fields=["available_at"],
+                include=["id"],
+                condition=Q(published_at__isnull=True),
+                name="outbox_entry_due_idx",
+            ),
+            models.Index(
+                fields=["published_at"],
+                condition=Q(published_at__isnull=False),
+                name="outbox_entry_published_idx",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                name="outbox_entry_published_after_created",
+                condition=Q(published_at__isnull=True) | Q(published_at__gte=models.F("created_at")),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}({self.job_id}) #{self.id}"

@@ -1,0 +1,162 @@
+"""The relay: turn committed outbox rows into broker messages, at least once.
+
+Protocol of `outbox_relay_batch` (what a crash at each step leaves behind):
+  1. Reserve: in one transaction, lock due unpublished rows with SKIP LOCKED, stamp
+     `reserved_until` and count the attempt; commit. A crash after this leaves rows reserved;
+     when the reservation lapses another relay takes them. Nothing is lost.
+  2. Publish every reserved row over one broker connection, holding no row lock. A crash
+     here leaves some messages published and their rows still unpublished.
+  3. Mark the published rows in one UPDATE. A crash between 2 and 3 makes the next relay
+     publish those rows again: a duplicate message, which the worker's claim absorbs.
+  4. Rows whose publish failed get their reservation cleared and `available_at` pushed back
+     (capped exponential), so one bad row never blocks the others.
+Two relays (or two beats) at once are safe: SKIP LOCKED plus reservations split the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from jobs.failpoints import failpoint
+from jobs.signals import RELAY_PUBLISHED, signal_increment
+
+from .models import OutboxEntry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RelayResult:
+    reserved: int = 0
+    published: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
+    """Step 1: reserve due, unreserved, unpublished rows; commit before returning."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            OutboxEntry.objects.select_for_update(skip_locked=True)
+            .filter(published_at__isnull=True, available_at__lte=now)
+            .filter(Q(reserved_until__isnull=True) | Q(reserved_until__lt=now))
+            .order_by("available_at")
+            .only("id", "task_name", "queue", "kwargs", "publish_attempts")[:limit]
+        )
+        if rows:
+            OutboxEntry.objects.filter(id__in=[row.id for row in rows]).update(
+                reserved_until=now + timedelta(seconds=settings.OUTBOX_RESERVATION_SECONDS),
+                publish_attempts=F("publish_attempts") + 1,
+            )
+    return rows
+
+
+def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
+    """Step 2: publish over one connection; returns (published ids, errors by id)."""
+    from jobsite.celery import app
+
+    done: list[int] = []
+    errors: dict[int, str] = {}
+    with app.producer_or_acquire() as producer:
+        for row in rows:
+            try:
+                app.send_task(
+                    row.task_name,
+                    kwargs=row.kwargs,
+                    queue=row.queue,
+                    producer=producer,
+                    ignore_result=True,
+                    retry=True,
+                    retry_policy={"max_retries": 2, "interval_start": 0.05},
+                )
+            except Exception as exc:  # broker trouble: back off this row, keep going
+                errors[row.id] = f"{type(exc).__name__}: {exc}"[:500]
+            else:
+                done.append(row.id)
+    return done, errors
+
+
+def outbox_mark_published(ids: list[int]) -> int:
+    """Step 3: one UPDATE; rows published by someone else meanwhile are left alone."""
+    if not ids:
+        return 0
+    return OutboxEntry.objects.filter(id__in=ids, published_at__isnull=True).update(
+        published_at=timezone.now(), reserved_until=None, last_error=""
+    )
+
+
+def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None:
+    """Step 4: release the reservation and push the row back with capped backoff."""
+    now = timezone.now()
+    for row_id, error in errors.items():
+        delay = min(settings.OUTBOX_PUBLISH_BACKOFF_CAP, 0.5 * 2 ** min(attempts[row_id], 10))
+        OutboxEntry.objects.filter(id=row_id, published_at__isnull=True).update(
+            reserved_until=None, available_at=now + timedelta(seconds=delay), last_error=error
+        )
+        logger.warning("outbox publish failed", extra={"outbox_id": row_id, "error": error})
+
+
+def _publish_and_mark(rows: list[OutboxEntry]) -> RelayResult:
+    try:
+        done, errors = _publish(rows)
+    except Exception as exc:  # no broker connection at all: every row backs off
+        done, errors = [], {row.id: f"{type(exc).__name__}: {exc}"[:500] for row in rows}
+    failpoint("relay.after_publish_before_mark")
+    outbox_mark_published(done)
+    outbox_mark_failed(errors, {row.id: row.publish_attempts + 1 for row in rows})
+    if done:
+        signal_increment(RELAY_PUBLISHED, by=len(done))
+    return RelayResult(
+        reserved=len(rows), published=len(done), failed=len(errors), errors=list(errors.values())
+    )
+
+
+def outbox_relay_batch(*, limit: int | None = None) -> RelayResult:
+    """Reserve, publish and mark one batch of due rows (see the module docstring)."""
+    rows = outbox_reserve_due(limit=limit or settings.OUTBOX_RELAY_BATCH_SIZE)
+    if not rows:
+        return RelayResult()
+    return _publish_and_mark(rows)
+
+
+def outbox_relay_until_empty(*, time_budget: float = 5.0) -> RelayResult:
+    """Run batches until nothing is due or the time budget is spent."""
+    total = RelayResult()
+    started = time.monotonic()
+    while time.monotonic() - started < time_budget:
+        result = outbox_relay_batch()
+        total.reserved += result.reserved
+        total.published += result.published
+        total.failed += result.failed
+        total.errors.extend(result.errors[:5])
+        if result.reserved == 0 or result.published == 0:
+            break
+    return total
+
+
+def outbox_publish_after_commit(ids: list[int]) -> None:
+    """Fast path: publish rows this process reserved at enqueue, right after the commit.
+
+    Never raises: the transaction already committed, so the caller's answer stands; a row
+    that fails here is published by the relay when its reservation lapses.
+    """
+    failpoint("submit.after_commit_before_publish")
+    try:
+        rows = list(
+            OutboxEntry.objects.filter(id__in=ids, published_at__isnull=True).only(
+                "id", "task_name", "queue", "kwargs", "publish_attempts"
+            )
+        )
+        if rows:
+            _publish_and_mark(rows)
+    except Exception:
+        logger.exception("outbox fast path failed; the relay will publish", extra={"ids": ids})

@@ -1,0 +1,22 @@
+"""Thin Celery entry points for the relay and its housekeeping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from .relay import outbox_relay_until_empty
+from .services import outbox_prune
+
+
+@shared_task(name="outbox.relay_tick", ignore_result=False)
+def relay_tick() -> dict[str, Any]:
+    result = outbox_relay_until_empty(time_budget=max(settings.OUTBOX_RELAY_INTERVAL * 5, 5.0))
+    return {"published": result.published, "failed": result.failed, "errors": result.errors[:5]}
+
+
+@shared_task(name="outbox.prune", ignore_result=False)
+def prune() -> dict[str, int]:
+    return {"deleted": outbox_prune()}

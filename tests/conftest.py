@@ -1,0 +1,74 @@
+"""Shared fixtures: users and tenants, a private Redis per session, real-process harness."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import Harness, PrivateRedis, harness_for
+
+
+@pytest.fixture(scope="session")
+def session_redis() -> Iterator[PrivateRedis]:
+    """Our own redis-server for the whole run: tests never touch anyone else's queues."""
+    redis = PrivateRedis()
+    redis.start()
+    yield redis
+    redis.close()
+
+
+def point_celery_at(url: str) -> None:
+    from jobsite.celery import app
+
+    app.conf.broker_url = url
+    if app._pool is not None:  # drop connections made to the previous broker
+        app._pool.force_close_all()
+        app._pool = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _celery_on_private_redis(session_redis: PrivateRedis) -> None:
+    point_celery_at(session_redis.url)
+
+
+def redis_flushall(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(b"FLUSHALL\r\n")
+        assert sock.recv(16).startswith(b"+OK")
+
+
+@pytest.fixture(autouse=True)
+def _media_root(settings: Any, tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture
+def user(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="alice", password="pw")
+
+
+@pytest.fixture
+def other_user(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="bob", password="pw")
+
+
+@pytest.fixture
+def tenant(user: Any) -> Any:
+    from jobs.models import Tenant
+
+    team = Tenant.objects.create(name="acme")
+    team.members.add(user)
+    return team
+
+
+@pytest.fixture
+def harness(session_redis: PrivateRedis, transactional_db: None, settings: Any) -> Iterator[Harness]:
+    """Real worker/relay/provider processes on the test database and the private Redis."""
+    redis_flushall(session_redis.port)
+    with harness_for(session_redis.url) as h:
+        settings.MEDIA_ROOT = h.media_root
+        yield h

@@ -1,0 +1,258 @@
+"""Real processes for tests: celery workers, the relay, the provider, private servers.
+
+Everything started here is stopped by pid at teardown, and private servers (a Redis of our
+own) are always restored or removed, even when the test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05,
+               what: str = "condition") -> Any:
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_database_url() -> str:
+    from django.db import connection
+
+    s = connection.settings_dict
+    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def children(self) -> list[int]:
+        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            return [int(p) for p in path.read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for child in self.children():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            self.signal(signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+
+@dataclass
+class Harness:
+    """Starts real processes against the test database and a broker URL; stops them all."""
+
+    broker_url: str
+    database_url: str
+    workdir: Path
+    media_root: Path
+    procs: list[Proc] = field(default_factory=list)
+    provider_port: int | None = None
+
+    def base_env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        env.update(
+            {
+                "DATABASE_URL": self.database_url,
+                "CELERY_BROKER_URL": self.broker_url,
+                "JOBS_MEDIA_ROOT": str(self.media_root),
+                "PYTHONPATH": str(ROOT),
+                "DJANGO_SETTINGS_MODULE": "jobsite.settings",
+                "DATABASE_CONN_MAX_AGE": "0",
+                "CELERY_WORKER_SEND_TASK_EVENTS": "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.provider_port:
+            env["NOTIFY_PROVIDER_URL"] = f"http://127.0.0.1:{self.provider_port}/notify"
+        env.update(extra)
+        return env
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
+        log_path = self.workdir / f"{name}.log"
+        handle = open(log_path, "ab")  # noqa: SIM115 - closed by the child's exit
+        popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        handle.close()
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self, name: str, *, concurrency: int = 1, queues: str = "jobs",
+                     pool: str = "prefork", wait: bool = True, **env_extra: str) -> Proc:
+        env = self.base_env(JOBS_WORKER_NAME=name, **env_extra)
+        argv = [
+            sys.executable, "-m", "celery", "-A", "jobsite", "worker", "--loglevel=INFO",
+            f"--queues={queues}", f"--concurrency={concurrency}", f"--pool={pool}",
+            f"--hostname={name}@%h", "--without-gossip", "--without-mingle",
+            "--without-heartbeat",
+        ]
+        proc = self.spawn(name, argv, env)
+        if wait:
+            wait_until(lambda: "ready." in proc.log() or not proc.alive(), timeout=60,
+                       what=f"worker {name} to be ready")
+            assert proc.alive(), f"worker {name} died at start:\n{proc.log()[-3000:]}"
+        return proc
+
+    def start_relay(self, *, interval: float = 0.1, **env_extra: str) -> Proc:
+        argv = [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"]
+        return self.spawn(f"relay-{len(self.procs)}", argv, self.base_env(**env_extra))
+
+    def start_provider(self, *, work_seconds: float = 0.0) -> Proc:
+        self.provider_port = free_port()
+        argv = [sys.executable, "manage.py", "notify_provider", "--port",
+                str(self.provider_port), "--work-seconds", str(work_seconds)]
+        proc = self.spawn("provider", argv, self.base_env())
+        wait_until(lambda: self._provider_up(), timeout=30, what="provider to listen")
+        return proc
+
+    def _provider_up(self) -> bool:
+        try:
+            self.provider_stats()
+        except OSError:
+            return False
+        return True
+
+    def provider_url(self, path: str) -> str:
+        assert self.provider_port, "start_provider() first"
+        return f"http://127.0.0.1:{self.provider_port}{path}"
+
+    def provider_stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.provider_url("/stats"), timeout=5) as response:
+            return json.loads(response.read())
+
+    def provider_control(self, **settings: Any) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.provider_url("/control"), data=json.dumps(settings).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    def manage(self, *args: str, check: bool = True, **env_extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.base_env(**env_extra),
+            capture_output=True, text=True, check=check, timeout=120,
+        )
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+class PrivateRedis:
+    """A Redis server of the test's own (so it can be killed without touching anyone else)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="jobs-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.proc = subprocess.Popen(
+            [redis_server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_until(self.ping, timeout=15, what="private redis to answer")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """Lose everything it held, as a crashed Redis without persistence does."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def harness_for(broker_url: str) -> Iterator[Harness]:
+    workdir = Path(tempfile.mkdtemp(prefix="jobs-harness-"))
+    media = workdir / "media"
+    media.mkdir()
+    harness = Harness(broker_url=broker_url, database_url=test_database_url(), workdir=workdir,
+                      media_root=media)
+    try:
+        yield harness
+    finally:
+        harness.stop_all()
+        keep = os.environ.get("JOBS_KEEP_HARNESS_LOGS")
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
