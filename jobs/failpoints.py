@@ -35,7 +35,9 @@ def parse(spec: str) -> dict[str, str]:
         name, sep, action = item.partition("=")
         name, action = name.strip(), action.strip()
         if not sep or name not in NAMES:
-            raise ValueError(f"JOBS_FAILPOINTS: unknown failpoint {name!r} (known: {sorted(NAMES)})")
+            raise ValueError(
+                f"JOBS_FAILPOINTS: unknown failpoint {name!r} (known: {sorted(NAMES)})"
+            )
         if action not in {"exit", "raise"} and not action.startswith("sleep:"):
             raise ValueError(f"JOBS_FAILPOINTS: unknown action {action!r} for {name}")
         actions[name] = action

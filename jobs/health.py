@@ -29,4 +29,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["broker"] = f"error: {type(exc).__name__}"
     ready = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if ready else "unavailable", **checks}, status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", **checks}, status=200 if ready else 503
+    )

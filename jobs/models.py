@@ -111,7 +111,8 @@ class Job(models.Model):
                 condition=~Q(state=JobState.SUCCEEDED.value) | Q(result__isnull=False),
             ),
             models.CheckConstraint(
-                name="jobs_job_attempt_within_generation", condition=Q(attempt__lte=models.F("generation"))
+                name="jobs_job_attempt_within_generation",
+                condition=Q(attempt__lte=models.F("generation")),
             ),
             models.UniqueConstraint(
                 fields=["owner", "idempotency_key"],

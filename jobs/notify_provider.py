@@ -10,6 +10,7 @@ past the client's timeout), {"capacity": 2} (more concurrent requests answer 429
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -59,10 +60,8 @@ class ProviderHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -124,7 +123,10 @@ class ProviderHandler(BaseHTTPRequestHandler):
                 state.requests[key] = state.requests.get(key, 0) + 1
                 replayed = key in state.notices
                 if not replayed:
-                    state.notices[key] = {"notice_id": str(uuid.uuid4()), "job_id": body.get("job_id")}
+                    state.notices[key] = {
+                        "notice_id": str(uuid.uuid4()),
+                        "job_id": body.get("job_id"),
+                    }
                 notice = state.notices[key]
                 stall = not replayed and state.timeout_after_accept > 0
                 if stall:

@@ -29,9 +29,7 @@ class Resolution:
 
 
 def _open_record(record_id: int) -> QuarantineRecord:
-    record = (
-        QuarantineRecord.objects.select_for_update().select_related("job").get(pk=record_id)
-    )
+    record = QuarantineRecord.objects.select_for_update().select_related("job").get(pk=record_id)
     if record.status != QuarantineStatus.OPEN:
         raise InvalidTransition(f"quarantine record {record_id} is already {record.status}")
     return record
@@ -80,7 +78,9 @@ def quarantine_replay(
         job = Job.objects.select_for_update().get(pk=record.job_id)
         now = timezone.now()
         job_transition(
-            job=job, to=JobState.FAILED, actor=actor,
+            job=job,
+            to=JobState.FAILED,
+            actor=actor,
             reason=f"replayed as input version {job.input_version + 1}: {note}"[:500],
             finished_at=now,
         )
@@ -96,7 +96,10 @@ def quarantine_replay(
             replay_of=job,
         )
         _resolve(
-            record, status=QuarantineStatus.CORRECTED, actor=actor, note=note,
+            record,
+            status=QuarantineStatus.CORRECTED,
+            actor=actor,
+            note=note,
             replacement=replacement,
         )
     return Resolution(record.pk, str(job.pk), "replay", str(replacement.pk))
@@ -108,7 +111,10 @@ def quarantine_discard(*, record_id: int, actor: str, note: str) -> Resolution:
         record = _open_record(record_id)
         job = Job.objects.select_for_update().get(pk=record.job_id)
         job_transition(
-            job=job, to=JobState.FAILED, actor=actor, reason=f"discarded: {note}"[:500],
+            job=job,
+            to=JobState.FAILED,
+            actor=actor,
+            reason=f"discarded: {note}"[:500],
             finished_at=timezone.now(),
         )
         _resolve(record, status=QuarantineStatus.DISCARDED, actor=actor, note=note)

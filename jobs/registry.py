@@ -42,7 +42,9 @@ class KindSpec:
             jsonschema.validate(data, self.input_schema)
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise ValidationFailed(f"input does not match {self.kind}: {where}: {exc.message}") from None
+            raise ValidationFailed(
+                f"input does not match {self.kind}: {where}: {exc.message}"
+            ) from None
 
 
 _registry: dict[str, dict[int, KindSpec]] = {}

@@ -1,15 +1,15 @@
 """`execute(job_id)`: the fenced worker protocol behind the `jobs.execute` Celery task.
 
-  1. Load the job. Finished (terminal or quarantined): a duplicate delivery; ack and stop.
-  2. Claim it (jobs.leases). Zero rows: a live lease elsewhere, not due yet, or not its turn
-     in its serialization key: ack and stop; the owner, the reaper or the outbox covers it.
-  3. A heartbeat thread extends the lease every lease/3; a lost lease makes ctx.cancelled
-     true and every later fenced write raise LeaseLost.
-  4. Run the handler. 5. Commit the outcome (success, scheduled retry, quarantine) in one
-     transaction fenced by the generation. 6. Return, and only then Celery acks the message
-     (acks_late). A crash before 5 leaves a leased job: redelivery or the reaper recovers it,
-     and the effect ledger keeps external effects single. A crash between 5 and 6 redelivers a
-     message for a finished job: step 1 acknowledges it without running anything.
+1. Load the job. Finished (terminal or quarantined): a duplicate delivery; ack and stop.
+2. Claim it (jobs.leases). Zero rows: a live lease elsewhere, not due yet, or not its turn
+   in its serialization key: ack and stop; the owner, the reaper or the outbox covers it.
+3. A heartbeat thread extends the lease every lease/3; a lost lease makes ctx.cancelled
+   true and every later fenced write raise LeaseLost.
+4. Run the handler. 5. Commit the outcome (success, scheduled retry, quarantine) in one
+   transaction fenced by the generation. 6. Return, and only then Celery acks the message
+   (acks_late). A crash before 5 leaves a leased job: redelivery or the reaper recovers it,
+   and the effect ledger keeps external effects single. A crash between 5 and 6 redelivers a
+   message for a finished job: step 1 acknowledges it without running anything.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ def worker_name() -> str:
 def _miss(job: Job) -> Outcome:
     """Why a claim found nothing: a lease alive elsewhere is a duplicate delivery."""
     job.refresh_from_db(fields=["state", "lease_until"])
-    if job.is_finished or (job.state == "leased" and job.lease_until and job.lease_until > timezone.now()):
+    if job.is_finished or (
+        job.state == "leased" and job.lease_until and job.lease_until > timezone.now()
+    ):
         signal_increment(DUPLICATE_DELIVERIES)
         return Outcome.DUPLICATE
     signal_increment(DEFERRED_DELIVERIES)

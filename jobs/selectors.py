@@ -10,7 +10,7 @@ from django.core.files.storage import default_storage
 from django.db.models import Q, QuerySet
 
 from .exceptions import Forbidden
-from .models import Job, StoredObject
+from .models import Job, StoredObject, Tenant
 
 
 def job_get(job_id: UUID | str) -> Job | None:
@@ -20,7 +20,7 @@ def job_get(job_id: UUID | str) -> Job | None:
 def user_tenant_ids(user: AbstractBaseUser | AnonymousUser) -> list[int]:
     if not user.is_authenticated:
         return []
-    return list(user.tenants.values_list("id", flat=True))  # type: ignore[union-attr]
+    return list(Tenant.objects.filter(members=user.pk).values_list("id", flat=True))
 
 
 def jobs_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Job]:

@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -95,7 +95,11 @@ def job_enqueue_execute(
 
 
 def _existing_for_replay(
-    *, owner: AbstractBaseUser, idempotency_key: str | None, kind: str, business_key: str | None,
+    *,
+    owner: User,
+    idempotency_key: str | None,
+    kind: str,
+    business_key: str | None,
     input_version: int,
 ) -> Job | None:
     if idempotency_key:
@@ -159,7 +163,7 @@ def job_submit(
     *,
     kind: str,
     input: dict[str, Any],
-    owner: AbstractBaseUser,
+    owner: User,
     tenant: Tenant | None = None,
     business_key: str | None = None,
     input_version: int = 1,
@@ -192,7 +196,10 @@ def job_submit(
         tenant_id=tenant.pk if tenant else None,
     )
     existing = _existing_for_replay(
-        owner=owner, idempotency_key=idempotency_key, kind=kind, business_key=business_key,
+        owner=owner,
+        idempotency_key=idempotency_key,
+        kind=kind,
+        business_key=business_key,
         input_version=input_version,
     )
     if existing is not None:
@@ -225,7 +232,10 @@ def job_submit(
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
         existing = _existing_for_replay(
-            owner=owner, idempotency_key=idempotency_key, kind=kind, business_key=business_key,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            kind=kind,
+            business_key=business_key,
             input_version=input_version,
         )
         if existing is None:
@@ -395,12 +405,16 @@ def job_release_incompatible(lease: Lease, *, delay: float) -> None:
                 lease,
                 from_state=JobState.LEASED.value,
                 to_state=JobState.RETRY_WAIT.value,
-                reason=f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}",
+                reason=(
+                    f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}"
+                ),
                 worker=lease.worker,
                 details={"decision": "release", "delay_seconds": delay},
             )
             job_enqueue_execute(
-                job_id=lease.job_id, queue="jobs", generation_hint=lease.generation,
+                job_id=lease.job_id,
+                queue="jobs",
+                generation_hint=lease.generation,
                 available_at=due,
             )
     except LeaseLost:
@@ -414,8 +428,12 @@ def job_cancel_finish(lease: Lease, *, reason: str) -> None:
         with transaction.atomic():
             now = timezone.now()
             job_update_if_leased(
-                lease, state=JobState.CANCELLED.value, finished_at=now, updated_at=now,
-                error_category="cancelled", error_message=reason,
+                lease,
+                state=JobState.CANCELLED.value,
+                finished_at=now,
+                updated_at=now,
+                error_category="cancelled",
+                error_message=reason,
             )
             job_event_record(
                 lease,
@@ -438,12 +456,18 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
         state = job.job_state
         if state in CLAIMABLE:
             Job.objects.filter(pk=job.pk, state=state.value).update(
-                state=JobState.CANCELLED.value, finished_at=now, updated_at=now,
-                error_category="cancelled", error_message=f"cancelled by {actor}",
+                state=JobState.CANCELLED.value,
+                finished_at=now,
+                updated_at=now,
+                error_category="cancelled",
+                error_message=f"cancelled by {actor}",
             )
             job_event_record(
-                job, from_state=state.value, to_state=JobState.CANCELLED.value,
-                reason="cancelled", actor=actor,
+                job,
+                from_state=state.value,
+                to_state=JobState.CANCELLED.value,
+                reason="cancelled",
+                actor=actor,
             )
             _successor_enqueue(job.pk, job.serialization_key)
         elif state == JobState.LEASED:
@@ -452,8 +476,11 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
                     cancel_requested_at=now, updated_at=now
                 )
                 job_event_record(
-                    job, from_state=state.value, to_state=state.value,
-                    reason="cancel requested", actor=actor,
+                    job,
+                    from_state=state.value,
+                    to_state=state.value,
+                    reason="cancel requested",
+                    actor=actor,
                 )
         elif state != JobState.CANCELLED:
             raise InvalidTransition(f"job {job_id} is {state.value}; it can no longer be cancelled")
@@ -461,9 +488,7 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
         return job
 
 
-def job_transition(
-    *, job: Job, to: JobState, actor: str, reason: str, **fields: Any
-) -> None:
+def job_transition(*, job: Job, to: JobState, actor: str, reason: str, **fields: Any) -> None:
     """Operator transition outside a lease, guarded by the current state and the table."""
     source = job.job_state
     if source not in sources_of(to):

@@ -37,9 +37,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
 }
 
-TERMINAL: frozenset[JobState] = frozenset(
-    {JobState.SUCCEEDED, JobState.CANCELLED, JobState.FAILED}
-)
+TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.CANCELLED, JobState.FAILED})
 # Finished for the worker: nothing left to execute (quarantine waits for an operator).
 FINISHED: frozenset[JobState] = TERMINAL | {JobState.QUARANTINED}
 CLAIMABLE: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.RETRY_WAIT})

@@ -40,7 +40,8 @@ class OutboxEntry(models.Model):
         constraints = [
             models.CheckConstraint(
                 name="outbox_entry_published_after_created",
-                condition=Q(published_at__isnull=True) | Q(published_at__gte=models.F("created_at")),
+                condition=Q(published_at__isnull=True)
+                | Q(published_at__gte=models.F("created_at")),
             )
         ]
 

@@ -57,15 +57,11 @@ def outbox_enqueue(
 
 def outbox_prune(*, older_than: timedelta | None = None, batch: int = 5000) -> int:
     """Delete published rows past retention, in batches; returns how many went."""
-    cutoff = timezone.now() - (
-        older_than or timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS)
-    )
+    cutoff = timezone.now() - (older_than or timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS))
     total = 0
     while True:
         ids = list(
-            OutboxEntry.objects.filter(published_at__lt=cutoff).values_list("id", flat=True)[
-                :batch
-            ]
+            OutboxEntry.objects.filter(published_at__lt=cutoff).values_list("id", flat=True)[:batch]
         )
         if not ids:
             return total

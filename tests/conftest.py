@@ -66,7 +66,9 @@ def tenant(user: Any) -> Any:
 
 
 @pytest.fixture
-def harness(session_redis: PrivateRedis, transactional_db: None, settings: Any) -> Iterator[Harness]:
+def harness(
+    session_redis: PrivateRedis, transactional_db: None, settings: Any
+) -> Iterator[Harness]:
     """Real worker/relay/provider processes on the test database and the private Redis."""
     redis_flushall(session_redis.port)
     with harness_for(session_redis.url) as h:

@@ -25,8 +25,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def wait_until(condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05,
-               what: str = "condition") -> Any:
+def wait_until(
+    condition: Callable[[], Any],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
     """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
@@ -48,7 +53,8 @@ def test_database_url() -> str:
     from django.db import connection
 
     s = connection.settings_dict
-    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    host, port = s["HOST"] or "127.0.0.1", s["PORT"] or 5432
+    return f"postgres://{s['USER'] or 'postgres'}@{host}:{port}/{s['NAME']}"
 
 
 @dataclass
@@ -136,19 +142,40 @@ class Harness:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str, *, concurrency: int = 1, queues: str = "jobs",
-                     pool: str = "prefork", wait: bool = True, **env_extra: str) -> Proc:
+    def start_worker(
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        queues: str = "jobs",
+        pool: str = "prefork",
+        wait: bool = True,
+        **env_extra: str,
+    ) -> Proc:
         env = self.base_env(JOBS_WORKER_NAME=name, **env_extra)
         argv = [
-            sys.executable, "-m", "celery", "-A", "jobsite", "worker", "--loglevel=INFO",
-            f"--queues={queues}", f"--concurrency={concurrency}", f"--pool={pool}",
-            f"--hostname={name}@%h", "--without-gossip", "--without-mingle",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "jobsite",
+            "worker",
+            "--loglevel=INFO",
+            f"--queues={queues}",
+            f"--concurrency={concurrency}",
+            f"--pool={pool}",
+            f"--hostname={name}@%h",
+            "--without-gossip",
+            "--without-mingle",
             "--without-heartbeat",
         ]
         proc = self.spawn(name, argv, env)
         if wait:
-            wait_until(lambda: "ready." in proc.log() or not proc.alive(), timeout=60,
-                       what=f"worker {name} to be ready")
+            wait_until(
+                lambda: "ready." in proc.log() or not proc.alive(),
+                timeout=60,
+                what=f"worker {name} to be ready",
+            )
             assert proc.alive(), f"worker {name} died at start:\n{proc.log()[-3000:]}"
         return proc
 
@@ -158,8 +185,15 @@ class Harness:
 
     def start_provider(self, *, work_seconds: float = 0.0) -> Proc:
         self.provider_port = free_port()
-        argv = [sys.executable, "manage.py", "notify_provider", "--port",
-                str(self.provider_port), "--work-seconds", str(work_seconds)]
+        argv = [
+            sys.executable,
+            "manage.py",
+            "notify_provider",
+            "--port",
+            str(self.provider_port),
+            "--work-seconds",
+            str(work_seconds),
+        ]
         proc = self.spawn("provider", argv, self.base_env())
         wait_until(lambda: self._provider_up(), timeout=30, what="provider to listen")
         return proc
@@ -181,16 +215,25 @@ class Harness:
 
     def provider_control(self, **settings: Any) -> dict[str, Any]:
         request = urllib.request.Request(
-            self.provider_url("/control"), data=json.dumps(settings).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            self.provider_url("/control"),
+            data=json.dumps(settings).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
         )
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
 
-    def manage(self, *args: str, check: bool = True, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    def manage(
+        self, *args: str, check: bool = True, **env_extra: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.base_env(**env_extra),
-            capture_output=True, text=True, check=check, timeout=120,
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.base_env(**env_extra),
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
         )
 
     def stop_all(self) -> None:
@@ -213,9 +256,21 @@ class PrivateRedis:
     def start(self) -> None:
         redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.proc = subprocess.Popen(
-            [redis_server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                redis_server,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_until(self.ping, timeout=15, what="private redis to answer")
 
@@ -247,8 +302,9 @@ def harness_for(broker_url: str) -> Iterator[Harness]:
     workdir = Path(tempfile.mkdtemp(prefix="jobs-harness-"))
     media = workdir / "media"
     media.mkdir()
-    harness = Harness(broker_url=broker_url, database_url=test_database_url(), workdir=workdir,
-                      media_root=media)
+    harness = Harness(
+        broker_url=broker_url, database_url=test_database_url(), workdir=workdir, media_root=media
+    )
     try:
         yield harness
     finally:

@@ -64,4 +64,8 @@ def report_generate(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
             },
         ),
     )
-    return {"artifact": artifact, "notice": notice, "summary": json.dumps({"title": input["title"]})}
+    return {
+        "artifact": artifact,
+        "notice": notice,
+        "summary": json.dumps({"title": input["title"]}),
+    }

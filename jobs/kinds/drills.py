@@ -23,8 +23,9 @@ def drill_sleep(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"slept": True}
 
 
-@handler("drill.flaky", max_attempts=6, max_elapsed=600, lease_seconds=10, base_delay=0.2,
-         max_delay=2)
+@handler(
+    "drill.flaky", max_attempts=6, max_elapsed=600, lease_seconds=10, base_delay=0.2, max_delay=2
+)
 def drill_flaky(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """Fails transiently on its first `fail_times` attempts, then sends one notice."""
     if ctx.attempt <= int(input.get("fail_times", 2)):
@@ -37,8 +38,14 @@ def drill_flaky(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"attempt": ctx.attempt}
 
 
-@handler("drill.always_transient", max_attempts=50, max_elapsed=3, lease_seconds=10,
-         base_delay=0.2, max_delay=0.5)
+@handler(
+    "drill.always_transient",
+    max_attempts=50,
+    max_elapsed=3,
+    lease_seconds=10,
+    base_delay=0.2,
+    max_delay=0.5,
+)
 def drill_always_transient(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """Never succeeds: shows the elapsed budget ending retries before the attempt budget."""
     raise TransientError("still down")
@@ -52,8 +59,14 @@ def drill_malformed(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"document_id": input["document_id"]}
 
 
-@handler("drill.crash", max_attempts=3, lease_seconds=2, base_delay=0.1, max_delay=0.5,
-         responsible="platform-team")
+@handler(
+    "drill.crash",
+    max_attempts=3,
+    lease_seconds=2,
+    base_delay=0.1,
+    max_delay=0.5,
+    responsible="platform-team",
+)
 def drill_crash(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """The poison job: kills its worker process every attempt until the fix is deployed."""
     if os.environ.get("JOBS_DRILL_CRASH_FIXED") != "1":

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_submitted_job_runs_on_a_real_worker__fast_path(harness: Harness, user: Any) -> None:
     harness.start_worker("w1")
     job = jobs.submit(kind="noop", input={}, owner=user)
-    wait_until(lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=30,
-               what="job to succeed")
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=30, what="job to succeed"
+    )
     done = Job.objects.get(pk=job.pk)
     assert done.generation == 1
     assert done.result == {"ok": True}

@@ -21,7 +21,9 @@ class Command(BaseCommand):
         server = provider_server(
             options["host"], options["port"], work_seconds=options["work_seconds"]
         )
-        self.stdout.write(f"notification provider on http://{options['host']}:{options['port']}/notify")
+        self.stdout.write(
+            f"notification provider on http://{options['host']}:{options['port']}/notify"
+        )
         self.stdout.flush()
         try:
             server.serve_forever(poll_interval=0.2)

@@ -19,7 +19,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true", help="run until SIGTERM/SIGINT")
         parser.add_argument(
-            "--interval", type=float, default=None, help="idle sleep (default OUTBOX_RELAY_INTERVAL)"
+            "--interval",
+            type=float,
+            default=None,
+            help="idle sleep (default OUTBOX_RELAY_INTERVAL)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
