@@ -24,6 +24,7 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.db.models import QuerySet
 
 from . import registry
+from .dispatch import admission_lock, admission_lock_keys
 from .exceptions import LeaseLost
 from .models import Job, JobEvent
 from .signals import STALE_WRITES_REJECTED, signal_increment
@@ -68,7 +69,10 @@ WITH target AS (
     WHERE j.id = %(id)s
       AND (
         (j.state IN ('queued', 'retry_wait') AND j.next_attempt_at <= now())
-        OR (j.state = 'leased' AND j.lease_until < now())
+        -- Taking over an expired lease spends an attempt: only within budget, else the
+        -- reaper quarantines it (a poison job redelivered on worker loss must not loop).
+        OR (j.state = 'leased' AND j.lease_until < now() AND j.attempt < j.max_attempts
+            AND (j.deadline IS NULL OR j.deadline > now()))
       )
       AND (
         j.serialization_key IS NULL OR NOT EXISTS (
@@ -81,7 +85,8 @@ WITH target AS (
       AND (
         %(tenant_limit)s::int IS NULL OR j.tenant_id IS NULL OR (
           SELECT count(*) FROM jobs_job t
-          WHERE t.tenant_id = j.tenant_id AND t.state = 'leased' AND t.id <> j.id
+          WHERE t.tenant_id = j.tenant_id AND t.kind = j.kind AND t.state = 'leased'
+            AND t.id <> j.id
         ) < %(tenant_limit)s::int
       )
       AND (
@@ -108,29 +113,22 @@ RETURNING j.generation, j.attempt, j.kind, j.kind_version, j.input_version, j.ow
 """
 
 
-def _claim_limits(job_kind: str | None, kind_version: int | None) -> tuple[int | None, int | None]:
-    spec = registry.kind_version(job_kind, kind_version) if job_kind and kind_version else None
-    return (spec.tenant_limit, spec.kind_limit) if spec else (None, None)
-
-
-def _limit_lock_keys(tenant_limit: int | None, kind_limit: int | None, job: Job) -> list[str]:
-    keys = []
-    if tenant_limit is not None and job.tenant_id is not None:
-        keys.append(f"jobs.tenant:{job.tenant_id}")
-    if kind_limit is not None:
-        keys.append(f"jobs.kind:{job.kind}")
-    return keys
+def _claim_limits(job: Job) -> tuple[registry.KindSpec | None, int | None, int | None]:
+    spec = registry.kind_version(job.kind, job.kind_version)
+    return (spec, spec.tenant_limit, spec.kind_limit) if spec else (None, None, None)
 
 
 def job_claim(job: Job, *, worker: str, lease_seconds: float) -> Lease | None:
     """Take the lease of `job` (see module docstring); None when it is not ours to run now."""
-    tenant_limit, kind_limit = _claim_limits(job.kind, job.kind_version)
+    spec, tenant_limit, kind_limit = _claim_limits(job)
+    lock_keys = admission_lock_keys(
+        kind=job.kind, tenant_id=job.tenant_id, serialization_key=None, spec=spec
+    )
     try:
         with transaction.atomic():
+            # Caps are counts over other rows: claimers of one tenant/kind take turns.
+            admission_lock(lock_keys)
             with connection.cursor() as cursor:
-                # Caps are counts over other rows: serialize claimers of one tenant/kind.
-                for key in sorted(_limit_lock_keys(tenant_limit, kind_limit, job)):
-                    cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [key])
                 cursor.execute(
                     _CLAIM_SQL,
                     {

@@ -103,6 +103,11 @@ def kind_latest(kind: str) -> KindSpec:
     return versions[max(versions)]
 
 
+def kind_latest_or_none(kind: str) -> KindSpec | None:
+    versions = _registry.get(kind)
+    return versions[max(versions)] if versions else None
+
+
 def kind_version(kind: str, version: int) -> KindSpec | None:
     """The exact version, or None when this process cannot run it (a rolling deploy)."""
     return _registry.get(kind, {}).get(version)

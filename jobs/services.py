@@ -5,19 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from outbox.services import outbox_enqueue
-
-from . import registry
+from . import dispatch, registry
 from .effects import effect_apply_local
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition, LeaseLost
 from .leases import Lease, job_update_if_leased, report_stale_write
@@ -27,7 +25,8 @@ from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
 
-EXECUTE_TASK = "jobs.execute"
+EXECUTE_TASK = dispatch.EXECUTE_TASK
+job_enqueue_execute = dispatch.job_enqueue_execute
 
 
 def _canonical(data: Any) -> str:
@@ -78,19 +77,6 @@ def job_event_record(
         actor=actor,
         reason=reason[:500],
         details=details or {},
-    )
-
-
-def job_enqueue_execute(
-    *, job_id: UUID, queue: str, generation_hint: int, available_at: datetime | None = None
-) -> None:
-    """The one way work reaches a worker: an outbox row in the caller's transaction."""
-    outbox_enqueue(
-        task_name=EXECUTE_TASK,
-        queue=queue,
-        job_id=job_id,
-        kwargs={"job_id": str(job_id), "generation": generation_hint},
-        available_at=available_at,
     )
 
 
@@ -227,7 +213,7 @@ def job_submit(
             )
             job_event_record(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
             _supersede_older_versions(job)
-            if _is_head_of_serialization_key(job):
+            if dispatch.admission_open(job, spec):
                 job_enqueue_execute(job_id=job.pk, queue=spec.queue, generation_hint=0)
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
@@ -245,44 +231,25 @@ def job_submit(
     return job
 
 
-def _serialization_lock(key: str) -> None:
-    """Submit and hand-over of one key take turns, so no wake-up is lost between them."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"jobs.serial:{key}"])
-
-
-def _is_head_of_serialization_key(job: Job) -> bool:
-    """Only the oldest active job of a key gets a message; the rest wait for their turn."""
-    if not job.serialization_key:
-        return True
-    _serialization_lock(job.serialization_key)
-    return not Job.objects.filter(
-        serialization_key=job.serialization_key,
-        state__in=[s.value for s in ACTIVE],
-        created_at__lt=job.created_at,
-    ).exists()
-
-
-def _successor_enqueue(job_id: UUID, serialization_key: str | None) -> None:
-    """When a job of a key leaves the active states, hand the key to the next one in order."""
-    if not serialization_key:
-        return
-    _serialization_lock(serialization_key)
-    successor = (
-        Job.objects.filter(
-            serialization_key=serialization_key, state__in=[s.value for s in CLAIMABLE]
+def _handoff(job: Job | Lease, *, left_active: bool) -> None:
+    """Give the turn (serialization key, concurrency caps) to the next job in line."""
+    if isinstance(job, Lease):
+        dispatch.admission_handoff(
+            job_id=job.job_id,
+            kind=job.kind,
+            kind_version=job.kind_version,
+            tenant_id=job.tenant_id,
+            serialization_key=job.serialization_key,
+            left_active=left_active,
         )
-        .exclude(pk=job_id)
-        .order_by("created_at", "id")
-        .first()
-    )
-    if successor is not None:
-        spec = registry.kind_version(successor.kind, successor.kind_version)
-        job_enqueue_execute(
-            job_id=successor.pk,
-            queue=spec.queue if spec else "jobs",
-            generation_hint=successor.generation,
-            available_at=successor.next_attempt_at,
+    else:
+        dispatch.admission_handoff(
+            job_id=job.pk,
+            kind=job.kind,
+            kind_version=job.kind_version,
+            tenant_id=job.tenant_id,
+            serialization_key=job.serialization_key,
+            left_active=left_active,
         )
 
 
@@ -309,7 +276,7 @@ def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[An
                 reason="completed",
                 worker=lease.worker,
             )
-            _successor_enqueue(lease.job_id, lease.serialization_key)
+            _handoff(lease, left_active=True)
     except LeaseLost:
         report_stale_write(lease, "complete")
         raise
@@ -336,7 +303,7 @@ def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) 
                 to_state=JobState.RETRY_WAIT.value,
                 reason=decision.reason,
                 worker=lease.worker,
-                details=decision.as_details(),
+                details={**decision.as_details(), "next_attempt_at": due.isoformat()},
             )
             job_enqueue_execute(
                 job_id=lease.job_id,
@@ -344,6 +311,7 @@ def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) 
                 generation_hint=lease.generation,
                 available_at=due,
             )
+            _handoff(lease, left_active=False)
     except LeaseLost:
         report_stale_write(lease, "retry")
         raise
@@ -382,7 +350,7 @@ def job_quarantine(
                 last_attempt_at=lease.claimed_at,
                 responsible=responsible,
             )
-            _successor_enqueue(lease.job_id, lease.serialization_key)
+            _handoff(lease, left_active=True)
     except LeaseLost:
         report_stale_write(lease, "quarantine")
         raise
@@ -442,7 +410,7 @@ def job_cancel_finish(lease: Lease, *, reason: str) -> None:
                 reason=reason,
                 worker=lease.worker,
             )
-            _successor_enqueue(lease.job_id, lease.serialization_key)
+            _handoff(lease, left_active=True)
     except LeaseLost:
         report_stale_write(lease, "cancel")
         raise
@@ -469,7 +437,7 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
                 reason="cancelled",
                 actor=actor,
             )
-            _successor_enqueue(job.pk, job.serialization_key)
+            _handoff(job, left_active=True)
         elif state == JobState.LEASED:
             if job.cancel_requested_at is None:
                 Job.objects.filter(pk=job.pk, state=state.value).update(

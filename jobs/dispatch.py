@@ -1,0 +1,154 @@
+"""Who gets a broker message, and when: the outbox write plus admission control.
+
+A job normally gets its message at submission. Three rules hold some jobs back until a
+running job hands over its turn, so the queue never fills with work that cannot start:
+  - serialization key: only the oldest active job of a key gets a message; when it leaves
+    the active states the next one of the key is enqueued (order per key, parallel across keys);
+  - per-tenant cap of a kind (`tenant_limit`): at most N of a tenant's jobs of that kind are
+    queued-with-a-message or leased; a flood from one tenant waits in the table, not in the
+    queue in front of other tenants;
+  - per-kind cap (`kind_limit`, e.g. a provider quota): the same across all tenants.
+Submission and hand-over take the same advisory locks (sorted, transaction-scoped), so a
+hand-over never misses a job submitted concurrently. The claim re-checks every rule under
+the same locks (jobs.leases), so a duplicate or early message can never break one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from outbox.services import outbox_enqueue
+
+from . import registry
+from .models import Job
+from .states import ACTIVE, JobState
+
+EXECUTE_TASK = "jobs.execute"
+_ACTIVE = [s.value for s in ACTIVE]
+_WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
+
+
+def job_enqueue_execute(
+    *, job_id: UUID, queue: str, generation_hint: int, available_at: datetime | None = None
+) -> None:
+    """The one way work reaches a worker: an outbox row in the caller's transaction."""
+    outbox_enqueue(
+        task_name=EXECUTE_TASK,
+        queue=queue,
+        job_id=job_id,
+        kwargs={"job_id": str(job_id), "generation": generation_hint},
+        available_at=available_at,
+    )
+
+
+def admission_lock_keys(
+    *,
+    kind: str,
+    tenant_id: int | None,
+    serialization_key: str | None,
+    spec: registry.KindSpec | None,
+) -> list[str]:
+    keys = []
+    if serialization_key:
+        keys.append(f"jobs.serial:{serialization_key}")
+    if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
+        keys.append(f"jobs.tenant_kind:{tenant_id}:{kind}")
+    if spec is not None and spec.kind_limit is not None:
+        keys.append(f"jobs.kind:{kind}")
+    return sorted(keys)
+
+
+def admission_lock(keys: list[str]) -> None:
+    """Transaction-scoped advisory locks, always taken in sorted order (no deadlocks)."""
+    if not keys:
+        return
+    with connection.cursor() as cursor:
+        for key in keys:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [key])
+
+
+def _others(job_id: UUID) -> QuerySet[Job]:
+    return Job.objects.exclude(pk=job_id)
+
+
+def admission_open(job: Job, spec: registry.KindSpec) -> bool:
+    """At submission (inside its transaction): may this job get a message now?"""
+    keys = admission_lock_keys(
+        kind=job.kind, tenant_id=job.tenant_id, serialization_key=job.serialization_key, spec=spec
+    )
+    if not keys:
+        return True
+    admission_lock(keys)
+    others = _others(job.pk)
+    if (
+        job.serialization_key
+        and others.filter(
+            serialization_key=job.serialization_key,
+            state__in=_ACTIVE,
+            created_at__lte=job.created_at,
+        ).exists()
+    ):
+        return False
+    if spec.tenant_limit is not None and job.tenant_id is not None:
+        busy = others.filter(tenant_id=job.tenant_id, kind=job.kind, state__in=_WAITING_OR_LEASED)
+        if busy.count() >= spec.tenant_limit:
+            return False
+    if spec.kind_limit is not None:
+        busy = others.filter(kind=job.kind, state__in=_WAITING_OR_LEASED)
+        if busy.count() >= spec.kind_limit:
+            return False
+    return True
+
+
+def admission_handoff(
+    *,
+    job_id: UUID,
+    kind: str,
+    kind_version: int,
+    tenant_id: int | None,
+    serialization_key: str | None,
+    left_active: bool,
+) -> None:
+    """A job left `leased` (and maybe the active states): give its turn to the next in line."""
+    spec = registry.kind_version(kind, kind_version) or registry.kind_latest_or_none(kind)
+    keys = admission_lock_keys(
+        kind=kind, tenant_id=tenant_id, serialization_key=serialization_key, spec=spec
+    )
+    if not keys:
+        return
+    admission_lock(keys)
+    waiting = _others(job_id).filter(state=JobState.QUEUED.value).order_by("created_at", "id")
+    candidates: list[Job] = []
+    if serialization_key and left_active:
+        nxt = (
+            _others(job_id)
+            .filter(serialization_key=serialization_key, state__in=_ACTIVE)
+            .order_by("created_at", "id")
+            .first()
+        )
+        if nxt is not None and nxt.state != JobState.LEASED.value:
+            candidates.append(nxt)
+    if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
+        nxt = waiting.filter(tenant_id=tenant_id, kind=kind).first()
+        if nxt is not None:
+            candidates.append(nxt)
+    if spec is not None and spec.kind_limit is not None:
+        nxt = waiting.filter(kind=kind).first()
+        if nxt is not None:
+            candidates.append(nxt)
+    seen: set[UUID] = set()
+    for nxt in candidates:
+        if nxt.pk in seen:
+            continue
+        seen.add(nxt.pk)
+        nxt_spec = registry.kind_version(nxt.kind, nxt.kind_version)
+        job_enqueue_execute(
+            job_id=nxt.pk,
+            queue=nxt_spec.queue if nxt_spec else "jobs",
+            generation_hint=nxt.generation,
+            available_at=nxt.next_attempt_at,
+        )
