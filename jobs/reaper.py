@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -60,7 +61,21 @@ def _lease_of(job: Job) -> Lease:
 
 
 def _expiries_so_far(job: Job) -> int:
-    return JobEvent.objects.filter(job=job, reason__startswith="lease expired").count()
+    """Expired leases of this job since its last redrive: reaped ones and taken-over ones."""
+    events = JobEvent.objects.filter(job=job)
+    redrive = (
+        events.filter(from_state=JobState.QUARANTINED.value, to_state=JobState.QUEUED.value)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if redrive is not None:
+        events = events.filter(id__gt=redrive)
+    # Reaped retries carry the category; a worker's takeover of an expired lease says so.
+    return events.filter(
+        Q(details__category=Category.LEASE_EXPIRED.value, to_state=JobState.RETRY_WAIT.value)
+        | Q(reason="took over expired lease")
+    ).count()
 
 
 def jobs_reap(*, limit: int = 500) -> ReapResult:
