@@ -1,0 +1,93 @@
+"""Failpoints: strict parsing, the three actions, and nothing at all when unset."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from jobs import failpoints
+from jobs.failpoints import FailpointTriggered, configure, failpoint, parse
+
+
+@pytest.fixture(autouse=True)
+def _reset_failpoints() -> Iterator[None]:
+    yield
+    configure("")
+
+
+def test_parse__reads_names_and_actions() -> None:
+    spec = "worker.after_claim=exit, relay.after_publish_before_mark=sleep:0.5,"
+
+    assert parse(spec) == {
+        "worker.after_claim": "exit",
+        "relay.after_publish_before_mark": "sleep:0.5",
+    }
+
+
+def test_parse__unknown_name__raises_with_the_known_names() -> None:
+    with pytest.raises(ValueError, match="unknown failpoint 'worker.typo'"):
+        parse("worker.typo=exit")
+
+
+def test_parse__unknown_action__raises() -> None:
+    with pytest.raises(ValueError, match="unknown action 'explode'"):
+        parse("worker.after_claim=explode")
+
+
+def test_parse__missing_action__raises() -> None:
+    with pytest.raises(ValueError):
+        parse("worker.after_claim")
+
+
+def test_failpoint_unset__does_nothing() -> None:
+    configure("")
+
+    failpoint("worker.after_claim")
+    assert failpoints._active == {}
+
+
+def test_failpoint_raise__raises_only_at_its_name() -> None:
+    configure("worker.after_claim=raise")
+
+    failpoint("worker.after_effect_before_complete")
+    with pytest.raises(FailpointTriggered, match="worker.after_claim"):
+        failpoint("worker.after_claim")
+
+
+def test_failpoint_sleep__sleeps() -> None:
+    configure("worker.after_claim=sleep:0.2")
+
+    started = time.monotonic()
+    failpoint("worker.after_claim")
+    assert time.monotonic() - started >= 0.2
+
+
+def test_failpoint_exit__kills_the_process_with_137() -> None:
+    code = (
+        "from jobs.failpoints import configure, failpoint\n"
+        "configure('submit.after_commit_before_publish=exit')\n"
+        "failpoint('submit.after_commit_before_publish')\n"
+        "print('survived')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 137
+    assert "survived" not in done.stdout
+
+
+def test_failpoints_from_environment__are_read_at_import() -> None:
+    code = "from jobs import failpoints; print(sorted(failpoints._active.items()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"JOBS_FAILPOINTS": "worker.after_claim=raise", "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+
+    assert done.stdout.strip() == "[('worker.after_claim', 'raise')]"
