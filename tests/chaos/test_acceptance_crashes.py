@@ -1,0 +1,109 @@
+"""Crashes around acceptance and relay: no accepted job is lost, a duplicate publish is harmless."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import redis
+
+from jobs.models import Job, JobEvent
+from jobs.signals import DUPLICATE_DELIVERIES, signal_value
+from outbox.models import OutboxEntry
+from tests.harness import Harness, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
+
+SUBMIT_SCRIPT = """
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+import jobs
+user = get_user_model().objects.get(username="alice")
+jobs.submit(kind="noop", input={"crash": "after commit"}, owner=user, idempotency_key="crash-1")
+print("publish returned")
+"""
+
+
+def broker_job_ids(harness: Harness, queue: str = "jobs") -> list[str]:
+    """The job id of every message waiting in the private Redis queue (kombu JSON bodies)."""
+    client = redis.Redis.from_url(harness.broker_url)
+    try:
+        raw = client.lrange(queue, 0, -1)
+    finally:
+        client.close()
+    ids = []
+    for item in raw:
+        message = json.loads(item)
+        body = json.loads(base64.b64decode(message["body"]))
+        ids.append(body[1]["job_id"])  # task protocol 2: [args, kwargs, embed]
+    return ids
+
+
+def test_submit_killed_after_commit_before_publish__relay_publishes_it_later(
+    harness: Harness, user: Any
+) -> None:
+    env = harness.base_env(
+        JOBS_FAILPOINTS="submit.after_commit_before_publish=exit",
+        # The fast path reserves its row; keep the reservation short so the relay may take it.
+        OUTBOX_RESERVATION_SECONDS="1",
+    )
+    done = subprocess.run([sys.executable, "-c", SUBMIT_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+    assert done.returncode == 137, done.stderr
+    assert "publish returned" not in done.stdout
+    job = Job.objects.get(owner=user, idempotency_key="crash-1")
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+    assert job.state == "queued"
+    assert entry.published_at is None
+    assert broker_job_ids(harness) == []
+
+    harness.start_relay()
+    wait_until(lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+               timeout=60, what="the relay to publish the orphaned row")
+    assert broker_job_ids(harness) == [str(job.pk)]
+
+    harness.start_worker("w-accept")
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=60,
+               what="the job to run")
+    assert Job.objects.get(pk=job.pk).generation == 1
+
+
+def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_once(
+    harness: Harness, user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False  # only the relay publishes here
+    from jobs import submit
+
+    job = submit(kind="noop", input={}, owner=user)
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+
+    doomed = harness.start_relay(
+        JOBS_FAILPOINTS="relay.after_publish_before_mark=exit", OUTBOX_RESERVATION_SECONDS="1"
+    )
+    wait_until(lambda: not doomed.alive(), timeout=60, what="the relay to crash at its failpoint")
+    assert doomed.popen.returncode == 137
+    assert broker_job_ids(harness) == [str(job.pk)]
+    assert OutboxEntry.objects.get(pk=entry.pk).published_at is None
+
+    harness.start_relay()
+    wait_until(lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+               timeout=60, what="a second relay to publish the row again")
+    assert broker_job_ids(harness) == [str(job.pk), str(job.pk)]
+    assert OutboxEntry.objects.get(pk=entry.pk).publish_attempts == 2
+
+    harness.start_worker("w-dup")
+    wait_until(lambda: signal_value(DUPLICATE_DELIVERIES) == 1, timeout=60,
+               what="the second delivery to be counted as a duplicate")
+    wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
+    done = Job.objects.get(pk=job.pk)
+    assert done.state == "succeeded"
+    assert done.generation == 1
+    assert done.attempt == 1
+    assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
+    assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
