@@ -68,7 +68,7 @@ WITH target AS (
     FROM jobs_job j
     WHERE j.id = %(id)s
       AND (
-        (j.state IN ('queued', 'retry_wait') AND j.next_attempt_at <= now())
+        (j.state IN ('queued', 'retry_wait') AND j.next_attempt_at <= clock_timestamp())
         -- Taking over an expired lease spends an attempt: only within budget, else the
         -- reaper quarantines it (a poison job redelivered on worker loss must not loop).
         OR (j.state = 'leased' AND j.lease_until < now() AND j.attempt < j.max_attempts

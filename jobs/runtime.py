@@ -71,13 +71,15 @@ def worker_name() -> str:
 
 
 def _miss(job: Job) -> Outcome:
-    """Why a claim found nothing: a lease alive elsewhere is a duplicate delivery."""
-    job.refresh_from_db(fields=["state", "lease_until"])
+    """Why a claim found nothing: a live lease elsewhere is a duplicate delivery; an early
+    message re-arms the job's wake-up; a job waiting for its turn is handed over later."""
+    job.refresh_from_db(fields=["state", "lease_until", "next_attempt_at"])
     if job.is_finished or (
         job.state == "leased" and job.lease_until and job.lease_until > timezone.now()
     ):
         signal_increment(DUPLICATE_DELIVERIES)
         return Outcome.DUPLICATE
+    services.job_rearm_if_early(job_id=job.pk)
     signal_increment(DEFERRED_DELIVERIES)
     return Outcome.DEFERRED
 

@@ -253,6 +253,29 @@ def _handoff(job: Job | Lease, *, left_active: bool) -> None:
         )
 
 
+def job_rearm_if_early(*, job_id: UUID) -> bool:
+    """A message arrived before the job was due (clock skew, a stray duplicate): make sure an
+    unpublished outbox row will deliver it at its due time, so the early ack loses nothing."""
+    from outbox.models import OutboxEntry
+
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.job_state not in CLAIMABLE or job.next_attempt_at is None:
+            return False
+        if job.next_attempt_at <= timezone.now():
+            return False  # due, so not early: it waits for its turn (admission hand-over)
+        if OutboxEntry.objects.filter(job_id=job_id, published_at__isnull=True).exists():
+            return False
+        spec = registry.kind_version(job.kind, job.kind_version)
+        job_enqueue_execute(
+            job_id=job.pk,
+            queue=spec.queue if spec else "jobs",
+            generation_hint=job.generation,
+            available_at=job.next_attempt_at,
+        )
+        return True
+
+
 def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[Any]) -> None:
     """Success: result, state, local effects, event and successor commit together, fenced."""
     try:

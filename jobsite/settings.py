@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django_celery_results",
     "jobs",
     "outbox",
+    "documents",
 ]
 
 MIDDLEWARE = [
@@ -133,8 +134,13 @@ OUTBOX_PUBLISH_BACKOFF_CAP = float(os.environ.get("OUTBOX_PUBLISH_BACKOFF_CAP", 
 
 JOBS_REAP_INTERVAL = float(os.environ.get("JOBS_REAP_INTERVAL", "5"))
 JOBS_RECONCILE_INTERVAL = float(os.environ.get("JOBS_RECONCILE_INTERVAL", "60"))
+# Due work with a published message nobody claimed for this long counts as lost by the broker.
+JOBS_RECONCILE_STALE_AFTER = float(os.environ.get("JOBS_RECONCILE_STALE_AFTER", "300"))
+# Bearer token for Prometheus scrapes of /metrics (empty: staff sessions only).
+JOBS_METRICS_TOKEN = os.environ.get("JOBS_METRICS_TOKEN", "")
+JOBS_WORKER_HEARTBEAT_INTERVAL = float(os.environ.get("JOBS_WORKER_HEARTBEAT_INTERVAL", "15"))
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES")
-JOBS_BUILTIN_HANDLER_MODULES = ["jobs.kinds.builtin"]
+JOBS_BUILTIN_HANDLER_MODULES = ["jobs.kinds.builtin", "documents.kinds"]
 JOBS_MAX_INPUT_BYTES = int(os.environ.get("JOBS_MAX_INPUT_BYTES", str(64 * 1024)))
 JOBS_DEFAULT_LEASE_SECONDS = float(os.environ.get("JOBS_DEFAULT_LEASE_SECONDS", "30"))
 JOBS_WORKER_NAME = os.environ.get("JOBS_WORKER_NAME", "")
@@ -153,6 +159,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": JOBS_REAP_INTERVAL,
         "options": {"expires": max(JOBS_REAP_INTERVAL * 5, 10)},
     },
+    "jobs-reconcile": {
+        "task": "jobs.maintenance.reconcile",
+        "schedule": JOBS_RECONCILE_INTERVAL,
+        "options": {"expires": max(JOBS_RECONCILE_INTERVAL * 2, 10)},
+    },
 }
 
 # --- API ---------------------------------------------------------------------------------
@@ -163,7 +174,19 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "jobs.api.errors.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "jobs.api.throttles.UserRateThrottle",
+        "jobs.api.throttles.TenantRateThrottle",
+    ],
 }
+# Rates like "600/min" ("off" disables); counted in the default cache (per process unless
+# CACHES points at a shared backend).
+JOBS_THROTTLE_USER = os.environ.get("JOBS_THROTTLE_USER", "1200/min")
+JOBS_THROTTLE_TENANT = os.environ.get("JOBS_THROTTLE_TENANT", "6000/min")
+JOBS_MAX_OBJECT_BYTES = int(os.environ.get("JOBS_MAX_OBJECT_BYTES", str(10 * 1024 * 1024)))
+JOBS_API_MAX_WAIT_SECONDS = float(os.environ.get("JOBS_API_MAX_WAIT_SECONDS", "30"))
+JOBS_API_POLL_INTERVAL = float(os.environ.get("JOBS_API_POLL_INTERVAL", "0.25"))
 SPECTACULAR_SETTINGS = {
     "TITLE": "durable-jobs API",
     "DESCRIPTION": "Accept work with 202, then read its honest status.",

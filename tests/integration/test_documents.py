@@ -1,0 +1,88 @@
+"""Input versions and the conditional publish of document.index (in-process, real Postgres)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+import jobs
+from documents.kinds import index_terms
+from documents.models import DocumentIndex, DocumentIndexLog
+from documents.services import document_create, document_index_publish_if_newer, document_revise
+from jobs.leases import job_claim
+from jobs.models import EffectLedgerEntry, Job
+from jobs.services import job_complete
+
+pytestmark = pytest.mark.django_db
+
+
+def test_newer_version_supersedes_queued_older_versions(user: Any) -> None:
+    doc = document_create(owner=user, title="spec")
+    _, v1 = document_revise(document=doc, text="alpha", actor=user)
+    _, v2 = document_revise(document=doc, text="alpha beta", actor=user)
+    _, v3 = document_revise(document=doc, text="alpha beta gamma", actor=user)
+    states = {j.input_version: (j.state, j.error_category) for j in Job.objects.all()}
+    assert states == {
+        1: ("cancelled", "superseded"),
+        2: ("cancelled", "superseded"),
+        3: ("queued", ""),
+    }
+    assert jobs.execute(v1.pk).outcome.value == "duplicate"
+    assert jobs.execute(v3.pk).outcome.value == "succeeded"
+    index = DocumentIndex.objects.get(document=doc)
+    assert (index.version, index.terms) == (3, index_terms("alpha beta gamma"))
+    assert v2.events.filter(reason__startswith="superseded by input version").count() == 1
+
+
+def test_older_completion_never_overwrites_newer_index__out_of_order_finish(user: Any) -> None:
+    doc = document_create(owner=user, title="race")
+    _, v1 = document_revise(document=doc, text="one", actor=user, serialize=False)
+    lease = job_claim(Job.objects.get(pk=v1.pk), worker="slow", lease_seconds=30)
+    assert lease is not None  # v1 is running, so v2 does not supersede it
+    _, v2 = document_revise(document=doc, text="two two", actor=user, serialize=False)
+    assert jobs.execute(v2.pk).outcome.value == "succeeded"
+
+    def late_publish(_key: str) -> dict[str, Any]:
+        applied = document_index_publish_if_newer(
+            document_id=doc.pk, version=1, terms={"one": 1}, job_id=v1.pk
+        )
+        return {"published": applied, "version": 1}
+
+    job_complete(lease, result={"late": True}, local_effects=[("publish_index", late_publish)])
+    assert DocumentIndex.objects.get(document=doc).version == 2
+    log = list(DocumentIndexLog.objects.filter(document=doc).values_list("version", "applied"))
+    assert log == [(2, True), (1, False)]
+    ledger = EffectLedgerEntry.objects.get(job_id=v1.pk, name="publish_index")
+    assert (ledger.state, ledger.local, ledger.outcome) == (
+        "applied",
+        True,
+        {"published": False, "version": 1},
+    )
+
+
+def test_database_refuses_lowering_an_index_version(user: Any) -> None:
+    doc = document_create(owner=user, title="guard")
+    _, job = document_revise(document=doc, text="x", actor=user)
+    jobs.execute(job.pk)
+    with pytest.raises(DatabaseError, match="documents_index_version_monotonic"):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE documents_documentindex SET version = 0 WHERE document_id = %s", [doc.pk]
+            )
+
+
+def test_serialization_key_admits_only_the_head__later_jobs_wait_for_handover(user: Any) -> None:
+    from outbox.models import OutboxEntry
+
+    first = jobs.submit(kind="noop", input={"n": 1}, owner=user, serialization_key="conv:7")
+    second = jobs.submit(kind="noop", input={"n": 2}, owner=user, serialization_key="conv:7")
+    other = jobs.submit(kind="noop", input={"n": 3}, owner=user, serialization_key="conv:8")
+    assert OutboxEntry.objects.filter(job_id=first.pk).count() == 1
+    assert OutboxEntry.objects.filter(job_id=second.pk).count() == 0  # waits its turn
+    assert OutboxEntry.objects.filter(job_id=other.pk).count() == 1  # other keys run in parallel
+    assert jobs.execute(second.pk).outcome.value == "deferred"  # an early message cannot jump
+    assert jobs.execute(first.pk).outcome.value == "succeeded"
+    assert OutboxEntry.objects.filter(job_id=second.pk).count() == 1  # handed over on completion
+    assert jobs.execute(second.pk).outcome.value == "succeeded"
