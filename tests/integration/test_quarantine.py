@@ -1,0 +1,207 @@
+"""Operator decisions on quarantined jobs: services, `manage.py jobs_redrive`, the audit trail."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+import jobs
+from jobs.exceptions import InvalidTransition
+from jobs.models import Job, JobEvent, QuarantineRecord
+from jobs.quarantine import quarantine_discard, quarantine_redrive, quarantine_replay
+from jobs.runtime import Outcome
+from outbox.models import OutboxEntry
+from tests.harness import Harness
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def quarantined_job(owner: Any, *, document_id: Any = "x", business_key: str | None = None) -> Job:
+    """A malformed payload run once in this process: quarantined as permanent."""
+    job = jobs.submit(
+        kind="drill.malformed",
+        input={"document_id": document_id},
+        owner=owner,
+        business_key=business_key,
+    )
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+    job.refresh_from_db()
+    return job
+
+
+def test_malformed_payload_quarantined_with_owner__first_attempt(user: Any) -> None:
+    job = quarantined_job(user)
+    assert job.state == "quarantined" and job.attempt == 1
+    record = QuarantineRecord.objects.get(job=job)
+    assert record.category == "permanent"
+    assert record.responsible == "ingest-team"
+    assert record.attempts == 1 and record.input_version == 1
+    assert record.last_attempt_at is not None
+    assert record.reason == "permanent failure: permanent"
+    assert "document_id" not in record.reason  # never the payload
+
+
+def test_redrive_requeues_same_version_with_fresh_budget__audit_event(user: Any) -> None:
+    job = quarantined_job(user)
+    record = QuarantineRecord.objects.get(job=job)
+    done = quarantine_redrive(record_id=record.pk, actor="carol", note="parser fixed")
+    assert done.action == "redrive" and done.replacement_id is None
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.input_version) == ("queued", 0, 1)
+    assert job.deadline is not None and job.deadline > timezone.now()
+    record.refresh_from_db()
+    assert (record.status, record.resolved_by, record.resolution_note) == (
+        "redriven",
+        "carol",
+        "parser fixed",
+    )
+    assert record.resolved_at is not None
+    audit = JobEvent.objects.get(job=job, from_state="quarantined")
+    assert (audit.to_state, audit.actor, audit.reason) == (
+        "queued",
+        "carol",
+        "redriven: parser fixed",
+    )
+    assert OutboxEntry.objects.filter(job_id=job.pk).count() == 2  # submit + redrive
+
+
+def test_replay_submits_new_input_version_linked_to_old__same_business_key(user: Any) -> None:
+    job = quarantined_job(user, business_key="doc-7")
+    record = QuarantineRecord.objects.get(job=job)
+    done = quarantine_replay(
+        record_id=record.pk, actor="carol", note="fixed id", corrected_input={"document_id": 7}
+    )
+    job.refresh_from_db()
+    assert job.state == "failed" and job.finished_at is not None
+    new = Job.objects.get(pk=done.replacement_id)
+    assert (new.input_version, new.business_key, new.replay_of_id) == (2, "doc-7", job.pk)
+    assert new.state == "queued" and new.input == {"document_id": 7}
+    record.refresh_from_db()
+    assert (record.status, record.replacement_id) == ("corrected", new.pk)
+    assert jobs.execute(new.pk).outcome is Outcome.SUCCEEDED
+    audit = JobEvent.objects.get(job=job, to_state="failed")
+    assert audit.actor == "carol" and "replayed as input version 2: fixed id" in audit.reason
+
+
+def test_discard_marks_failed_for_good__audit_event(user: Any) -> None:
+    job = quarantined_job(user)
+    record = QuarantineRecord.objects.get(job=job)
+    quarantine_discard(record_id=record.pk, actor="dave", note="customer withdrew")
+    job.refresh_from_db()
+    assert job.state == "failed"
+    record.refresh_from_db()
+    assert (record.status, record.resolved_by) == ("discarded", "dave")
+    audit = JobEvent.objects.get(job=job, to_state="failed")
+    assert (audit.actor, audit.reason) == ("dave", "discarded: customer withdrew")
+    assert jobs.execute(job.pk).outcome is Outcome.DUPLICATE  # a late message runs nothing
+
+
+def test_second_decision_refused__record_already_resolved(user: Any) -> None:
+    job = quarantined_job(user)
+    record = QuarantineRecord.objects.get(job=job)
+    quarantine_discard(record_id=record.pk, actor="dave", note="no")
+    with pytest.raises(InvalidTransition, match="already discarded"):
+        quarantine_redrive(record_id=record.pk, actor="erin", note="yes")
+    job.refresh_from_db()
+    assert job.state == "failed"
+
+
+# -- manage.py jobs_redrive -------------------------------------------------------------------
+
+
+def redrive(*args: str) -> str:
+    out = StringIO()
+    call_command("jobs_redrive", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_command_dry_run_changes_nothing__lists_matches(user: Any) -> None:
+    job = quarantined_job(user)
+    output = redrive("--kind", "drill.malformed", "--action", "redrive", "--dry-run")
+    assert "1 record(s) would redrive" in output
+    assert str(job.pk) in output
+    job.refresh_from_db()
+    assert job.state == "quarantined"
+    assert QuarantineRecord.objects.get(job=job).status == "open"
+
+
+def test_command_redrives_by_id_with_actor_and_note__audit_event(user: Any) -> None:
+    job = quarantined_job(user)
+    other = quarantined_job(user)
+    output = redrive(
+        "--id", str(job.pk), "--action", "redrive", "--note", "fixed", "--actor", "oncall"
+    )
+    assert "-> redrive by oncall" in output
+    job.refresh_from_db()
+    other.refresh_from_db()
+    assert (job.state, other.state) == ("queued", "quarantined")
+    audit = JobEvent.objects.get(job=job, from_state="quarantined")
+    assert (audit.actor, audit.reason) == ("oncall", "redriven: fixed")
+
+
+def test_command_filters_by_record_number_reason_and_age__combined(user: Any) -> None:
+    first = quarantined_job(user)
+    second = quarantined_job(user)
+    QuarantineRecord.objects.filter(job=first).update(
+        created_at=timezone.now() - timedelta(hours=3)
+    )
+    # Only the old one is older than 2h; the reason filter is a case-insensitive substring.
+    output = redrive(
+        "--reason", "PERMANENT", "--older-than", "2h", "--action", "discard", "--note", "stale"
+    )
+    assert "1 record(s) will discard" in output
+    assert Job.objects.get(pk=first.pk).state == "failed"
+    assert Job.objects.get(pk=second.pk).state == "quarantined"
+    record = QuarantineRecord.objects.get(job=second)
+    redrive("--id", str(record.pk), "--action", "replay", "--note", "again", "--actor", "x")
+    record.refresh_from_db()
+    assert record.status == "corrected" and record.replacement_id is not None
+
+
+def test_command_reports_nothing_to_do__no_open_match(user: Any) -> None:
+    assert "no open quarantine record matches" in redrive(
+        "--kind", "nope", "--action", "redrive", "--note", "n"
+    )
+
+
+def test_command_defaults_actor_to_os_user__no_actor(user: Any) -> None:
+    import getpass
+
+    job = quarantined_job(user)
+    redrive("--id", str(job.pk), "--action", "discard", "--note", "bye")
+    assert QuarantineRecord.objects.get(job=job).resolved_by == getpass.getuser()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--action", "redrive", "--note", "n"], "at least one filter"),
+        (["--older-than", "2 hours", "--action", "redrive", "--note", "n"], "not a duration"),
+        (["--id", "job-7", "--action", "redrive", "--note", "n"], "neither a quarantine record"),
+        (["--kind", "drill.malformed", "--action", "redrive"], "--note is required"),
+        (["--kind", "x", "--action", "redrive", "--note", "n", "--actor", " "], "--actor"),
+    ],
+)
+def test_command_refuses_bad_input_readably__invalid_arguments(
+    user: Any, args: list[str], message: str
+) -> None:
+    with pytest.raises(CommandError, match=message):
+        redrive(*args)
+
+
+def test_command_exits_non_zero_with_readable_error__subprocess(harness: Harness) -> None:
+    bad_age = harness.manage(
+        "jobs_redrive", "--older-than", "soon", "--action", "redrive", "--note", "n", check=False
+    )
+    assert bad_age.returncode != 0
+    assert "--older-than 'soon' is not a duration" in bad_age.stderr
+    assert "Traceback" not in bad_age.stderr
+    bad_action = harness.manage("jobs_redrive", "--kind", "k", "--action", "retry", check=False)
+    assert bad_action.returncode != 0
+    assert "invalid choice: 'retry'" in bad_action.stderr
