@@ -20,3 +20,20 @@ def execute(job_id: str, generation: int | None = None) -> None:
 def reap() -> dict[str, Any]:
     result = jobs_reap()
     return {"expired": result.expired, "retried": result.retried, "quarantined": result.quarantined}
+
+
+@shared_task(name="jobs.maintenance.reconcile", ignore_result=False)
+def reconcile() -> dict[str, Any]:
+    """Beat: re-enqueue work the broker lost; the stored result is the check's summary."""
+    from .ops.reconcile import reconcile_run
+
+    report = reconcile_run(repair=True)
+    return {
+        "ok": report.ok,
+        "broken": report.broken,
+        "lost": len(report.lost),
+        "repaired": len(report.repaired),
+        "expired_leases": report.expired_leases,
+        "stale_effects": report.stale_effects,
+        "open_quarantine": report.open_quarantine,
+    }

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
@@ -20,3 +20,17 @@ def _refuse_unsafe_settings(sender: Any = None, **kwargs: Any) -> None:
     from jobs.worker_checks import check_worker_settings
 
     check_worker_settings(app.conf)
+
+
+@worker_ready.connect
+def _worker_heartbeat_start(sender: Any = None, **kwargs: Any) -> None:
+    from jobs.ops.workers import on_worker_ready
+
+    on_worker_ready(sender)
+
+
+@worker_shutdown.connect
+def _worker_heartbeat_stop(sender: Any = None, **kwargs: Any) -> None:
+    from jobs.ops.workers import on_worker_shutdown
+
+    on_worker_shutdown(sender)

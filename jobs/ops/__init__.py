@@ -1,0 +1,1 @@
+"""Operations: reconciliation, Prometheus metrics, the /ops/ page and worker sightings."""
