@@ -1,0 +1,1 @@
+"""The HTTP API: thin DRF views over jobs.services and jobs.selectors."""

@@ -1,0 +1,140 @@
+"""One error shape for every API failure: `{"error": {"code", "message", "details"}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.http import HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from jobs.exceptions import (
+    Forbidden,
+    IdempotencyConflict,
+    InputTooLarge,
+    InvalidTransition,
+    UnknownKind,
+    ValidationFailed,
+)
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state of the resource."
+    default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "too_large"
+
+
+class InvalidHeader(exceptions.APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "A request header has an invalid value."
+    default_code = "invalid_header"
+
+
+def _translate(exc: Exception) -> Exception:
+    """Domain exceptions become API exceptions with a stable code; others pass through."""
+    if isinstance(exc, IdempotencyConflict):
+        return Conflict(str(exc), code="idempotency_conflict")
+    if isinstance(exc, InvalidTransition):
+        return Conflict(str(exc), code="invalid_transition")
+    if isinstance(exc, InputTooLarge):
+        return PayloadTooLarge(str(exc), code="input_too_large")
+    if isinstance(exc, UnknownKind):
+        return exceptions.ValidationError({"kind": [str(exc)]}, code="unknown_kind")
+    if isinstance(exc, ValidationFailed):
+        return exceptions.ValidationError({"input": [str(exc)]}, code="invalid_input")
+    if isinstance(exc, Forbidden):
+        # Never 403 for another tenant's data: the caller must not learn that it exists.
+        return exceptions.NotFound()
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge(str(exc))
+    if isinstance(exc, TooManyFieldsSent):
+        return exceptions.ParseError(str(exc))
+    if isinstance(exc, SuspiciousOperation):
+        return exceptions.ParseError("the request could not be parsed")
+    return exc
+
+
+DOMAIN_CODES = frozenset({"unknown_kind", "invalid_input"})
+
+
+def _code_of(exc: Exception) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        codes = exc.get_codes()
+        if isinstance(codes, dict):
+            for value in codes.values():
+                if isinstance(value, list) and value and value[0] in DOMAIN_CODES:
+                    return str(value[0])
+        return "invalid"
+    if isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        return codes if isinstance(codes, str) else exc.default_code
+    return "error"
+
+
+def _message_of(exc: Exception, data: Any) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        first = _first_message(data)
+        return f"invalid request: {first}" if first else "invalid request"
+    if isinstance(data, dict) and "detail" in data:
+        return str(data["detail"])
+    return str(exc)
+
+
+def _first_message(data: Any, prefix: str = "") -> str:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            label = prefix if key == "non_field_errors" else f"{prefix}{key}: "
+            found = _first_message(value, label)
+            if found:
+                return found
+    elif isinstance(data, list):
+        for value in data:
+            found = _first_message(value, prefix)
+            if found:
+                return found
+    elif data:
+        return f"{prefix}{data}"
+    return ""
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF EXCEPTION_HANDLER: DRF's own handling (headers like Retry-After), then our shape."""
+    exc = _translate(exc)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django log it and answer 500
+    details: Any = None
+    if isinstance(exc, exceptions.ValidationError):
+        details = response.data
+    elif isinstance(exc, exceptions.Throttled) and getattr(exc, "wait", None) is not None:
+        details = {"retry_after_seconds": int(exc.wait)}  # type: ignore[attr-defined]
+    response.data = {
+        "error": {
+            "code": _code_of(exc),
+            "message": _message_of(exc, response.data),
+            "details": details,
+        }
+    }
+    return response
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """handler404 for URLs outside any view (only used with DEBUG off)."""
+    return JsonResponse(error_body("not_found", "Not found."), status=404)
+
+
+def json_server_error(request: HttpRequest) -> JsonResponse:
+    """handler500: still the one error shape, and no details that could leak internals."""
+    return JsonResponse(error_body("server_error", "Internal server error."), status=500)
