@@ -9,6 +9,7 @@ from jobs.health import healthz, readyz
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("jobs.api.urls")),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("", include("jobs.ops.urls")),

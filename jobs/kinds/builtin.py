@@ -8,7 +8,7 @@ from typing import Any
 from ..context import JobContext
 from ..notify import notify_send
 from ..registry import handler
-from . import drills  # noqa: F401  (registers the drill kinds)
+from . import api_drills, drills  # noqa: F401  (registers the drill kinds)
 
 
 @handler("noop", max_attempts=3, lease_seconds=30)
