@@ -87,7 +87,7 @@ class Proc:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, sig)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
         if not self.alive():
             return
         with contextlib.suppress(ProcessLookupError):
