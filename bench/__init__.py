@@ -1,0 +1,1 @@
+"""Benchmarks of durable-jobs against raw Celery and Procrastinate (`make bench`)."""

@@ -1,0 +1,271 @@
+"""Targets, the console summary and docs/benchmarks.md, from the results of one run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TARGET_E2E_VS_RAW = 0.6
+TARGET_START_P50_MS = 25.0
+TARGET_SCALE = 0.9
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets that this run measured, each with PASS/FAIL."""
+    out: list[dict[str, Any]] = []
+    e2e = results.get("e2e", {}).get("by_concurrency", {})
+    for c, entry in e2e.items():
+        ratio = entry["ratio_vs_raw"]
+        out.append(
+            {
+                "name": f"durable e2e >= {TARGET_E2E_VS_RAW}x raw Celery (c={c})",
+                "value": f"{ratio:.2f}x",
+                "ok": ratio >= TARGET_E2E_VS_RAW,
+            }
+        )
+        if "ratio_vs_procrastinate" in entry:
+            ratio = entry["ratio_vs_procrastinate"]
+            out.append(
+                {
+                    "name": f"durable e2e above Procrastinate (c={c})",
+                    "value": f"{ratio:.2f}x",
+                    "ok": ratio > 1.0,
+                }
+            )
+    latency = results.get("latency")
+    if latency:
+        p50 = latency["fast"]["accept_to_start_p50_ms"]
+        out.append(
+            {
+                "name": f"accept->start p50 < {TARGET_START_P50_MS:.0f} ms (fast path)",
+                "value": f"{p50:.1f} ms",
+                "ok": p50 < TARGET_START_P50_MS,
+            }
+        )
+    scale = results.get("scale")
+    if scale:
+        ratio = scale["ratio_1m_vs_10k"]
+        out.append(
+            {
+                "name": f"1M-row table >= {TARGET_SCALE}x the 10k-row throughput",
+                "value": f"{ratio:.2f}x",
+                "ok": ratio >= TARGET_SCALE,
+            }
+        )
+    return out
+
+
+def _tables(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    sub = results.get("submit")
+    if sub:
+        lines += [
+            "### 1. Submit (no workers; one call = one transaction)",
+            "",
+            f"{sub['jobs_per_round']} calls per contender per round, {sub['rounds']} rounds, "
+            "interleaved.",
+            "",
+            "| call | calls/s (median of rounds) | p50 ms | p99 ms |",
+            "|---|---:|---:|---:|",
+        ]
+        names = {
+            "submit_fast": "`jobs.submit` (fast path on: commit + publish + mark)",
+            "submit_relay_only": "`jobs.submit` (fast path off: commit only)",
+            "delay": "bare `task.delay()` (raw Celery no-op)",
+        }
+        for key, label in names.items():
+            row = sub[key]
+            lines.append(
+                f"| {label} | {_f(row['jobs_per_s'])} | {_f(row['p50_ms'], 2)} | "
+                f"{_f(row['p99_ms'], 2)} |"
+            )
+        lines += [
+            "",
+            f"Ratio `jobs.submit` (fast path) / `task.delay()`: "
+            f"**{sub['ratio_submit_fast_vs_delay']:.2f}x** (median of per-round ratios). "
+            f"The fast-path publish after commit takes p50 {_f(sub['fast_path_publish_ms_p50'], 2)}"
+            f" ms / p99 {_f(sub['fast_path_publish_ms_p99'], 2)} ms per row.",
+            "",
+        ]
+    relay = results.get("relay")
+    lat = results.get("latency")
+    if relay or lat:
+        lines += ["### 2. Relay", ""]
+    if relay:
+        lines += [
+            f"- Batch relay (`outbox.relay.outbox_relay_batch`, batch {relay['batch_size']}) on "
+            f"a backlog of {relay['backlog_rows']} rows: **{_f(relay['rows_per_s'])} rows/s** "
+            f"(rounds: {', '.join(_f(x) for x in relay['rounds'])}).",
+        ]
+    if lat:
+        lines += [
+            "",
+            f"Commit -> publish (outbox `published_at - created_at`), {lat['jobs_per_mode']} "
+            f"paced submits per mode (10-30 ms apart), interleaved:",
+            "",
+            "| mode | p50 ms | p99 ms |",
+            "|---|---:|---:|",
+            f"| fast path (on-commit publish) | {_f(lat['fast']['commit_to_publish_p50_ms'], 2)}"
+            f" | {_f(lat['fast']['commit_to_publish_p99_ms'], 2)} |",
+            f"| relay loop alone (`outbox_relay --loop --interval {lat['relay_interval_s']}`) | "
+            f"{_f(lat['relay_only']['commit_to_publish_p50_ms'], 2)} | "
+            f"{_f(lat['relay_only']['commit_to_publish_p99_ms'], 2)} |",
+            "",
+        ]
+    e2e = results.get("e2e")
+    if e2e:
+        lines += [
+            "### 3-4. End to end: durable vs raw Celery vs Procrastinate",
+            "",
+            f"Each round: submit {e2e['jobs_per_round']} no-op jobs from "
+            f"{e2e.get('submitters', 1)} driver threads and "
+            "stop the clock at the last ack (durable and Celery: the Redis `HDEL` of kombu's "
+            "unacked entry; Procrastinate: the last row `succeeded`). "
+            f"{e2e['rounds']} rounds per contender, order rotated every round.",
+            "",
+            "| workers | durable jobs/s | raw Celery jobs/s | Procrastinate jobs/s | "
+            "durable / raw | durable / Procrastinate | DB commits/job (durable) | "
+            "DB commits/job (Procrastinate) | broker cmds/job durable | broker cmds/job raw |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c, entry in e2e["by_concurrency"].items():
+            proc = entry.get("procrastinate", {})
+            lines.append(
+                f"| {c} | {_f(entry['durable']['jobs_per_s'])} | "
+                f"{_f(entry['raw_celery']['jobs_per_s'])} | {_f(proc.get('jobs_per_s'))} | "
+                f"**{entry['ratio_vs_raw']:.2f}x** | "
+                f"{_f(entry.get('ratio_vs_procrastinate'), 2)}x | "
+                f"{_f(entry['durable']['db_commits_per_job'], 2)} | "
+                f"{_f(proc.get('db_commits_per_job'), 2)} | "
+                f"{_f(entry['durable']['broker_commands_per_job'], 1)} | "
+                f"{_f(entry['raw_celery']['broker_commands_per_job'], 1)} |"
+            )
+        lines += ["", "Per-round throughput (jobs/s):", ""]
+        for c, entry in e2e["by_concurrency"].items():
+            parts = [
+                f"{name} {entry[name]['rounds']}"
+                for name in ("durable", "raw_celery", "procrastinate")
+                if name in entry
+            ]
+            lines.append(f"- c={c}: " + "; ".join(parts))
+        lines.append("")
+    if lat:
+        lines += [
+            "### 5. Accept -> start (`Job.created_at` -> the `leased` JobEvent.at)",
+            "",
+            f"{lat['worker_concurrency']} worker processes idle-waiting, paced submits.",
+            "",
+            "| mode | p50 ms | p99 ms |",
+            "|---|---:|---:|",
+            f"| fast path | {_f(lat['fast']['accept_to_start_p50_ms'], 2)} | "
+            f"{_f(lat['fast']['accept_to_start_p99_ms'], 2)} |",
+            f"| relay loop alone, {lat['relay_interval_s']} s (as beat at 1 s) | "
+            f"{_f(lat['relay_only']['accept_to_start_p50_ms'], 2)} | "
+            f"{_f(lat['relay_only']['accept_to_start_p99_ms'], 2)} |",
+            "",
+        ]
+    scale = results.get("scale")
+    if scale:
+        lines += [
+            "### 6. Table size: 10k vs 1M finished jobs already in `jobs_job`",
+            "",
+            f"Durable e2e, {scale['concurrency']} worker processes per database, "
+            f"{scale.get('submitters', 1)} submitting threads, "
+            f"{scale['jobs_per_round']} jobs per round, the two databases interleaved.",
+            "",
+            "| rows in jobs_job | jobs/s | per-round |",
+            "|---:|---:|---|",
+            f"| {scale['rows']['10k']:,} | {_f(scale['10k_jobs_per_s'])} | "
+            f"{scale['rounds']['10k']} |",
+            f"| {scale['rows']['1m']:,} | {_f(scale['1m_jobs_per_s'])} | {scale['rounds']['1m']} |",
+            "",
+            f"Ratio 1M / 10k: **{scale['ratio_1m_vs_10k']:.2f}x** (median of per-round ratios).",
+            "",
+        ]
+    return lines
+
+
+def summary(results: dict[str, Any], checks: list[dict[str, Any]]) -> str:
+    lines = ["", "==== results ====", *_tables(results), "==== targets ===="]
+    for t in checks:
+        lines.append(f"{'PASS' if t['ok'] else 'FAIL'}  {t['name']}: {t['value']}")
+    return "\n".join(lines)
+
+
+def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[str, Any]]) -> str:
+    m = meta["machine"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `bench/run_all.py` (`make bench`); do not edit by hand — rerun it.",
+        "",
+        "## Machine and run",
+        "",
+        f"- Date: {meta['date']}; run took {meta['elapsed_s']:.0f} s.",
+        f"- CPU: {m['cpu']}, nproc {m['nproc']}; memory {m['memory']}; {m['os']}.",
+        f"- Load average at start: {m['load_at_start']} (the machine is shared with other "
+        "test runs: absolute numbers are noisy, so every comparison is a ratio of "
+        "contenders measured in alternating rounds of the same run; medians reported).",
+        f"- PostgreSQL {m['postgresql']}, Redis {m['redis']} (a private `redis-server` "
+        f"started for the run), Python {m['python']}, Django {m['django']}, Celery "
+        f"{m['celery']}, Procrastinate {m['procrastinate']}.",
+        f"- Sizes: {meta['args']['jobs']} jobs per round, {meta['args']['rounds']} rounds, "
+        f"worker processes {meta['args']['concurrencies']}.",
+        "",
+        "## Commands",
+        "",
+        "```",
+        "make bench                       # = .venv/bin/python bench/run_all.py (full run)",
+        f"{meta['command']}",
+        "python bench/run_all.py --quick  # smaller, c=1,2; prints only",
+        "python bench/run_all.py --only e2e --concurrency 2 --jobs 500",
+        "```",
+        "",
+        "Workers: `celery -A jobsite worker --pool=prefork --concurrency=N --queues=jobs "
+        "--without-gossip --without-mingle --without-heartbeat` (durable) and the same with "
+        "`-A bench.raw_app --queues=raw` (raw Celery: `bench/raw_app.py`, acks_late, "
+        "reject_on_worker_lost, prefetch 1, same time limits, no Django). Task events off for "
+        "both. Procrastinate: `python -m procrastinate --app=bench.proc_app.app worker "
+        "--queues=bench --concurrency=N` on its own database (`dj_bench_procrastinate`), an "
+        "async no-op task. Databases: `dj_bench_main`, `dj_bench_10k`, `dj_bench_1m`.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | result |",
+        "|---|---:|---|",
+    ]
+    for t in checks:
+        lines.append(f"| {t['name']} | {t['value']} | {'PASS' if t['ok'] else '**FAIL**'} |")
+    lines += ["", "## Results", "", *_tables(results)]
+    lines += [
+        "## How each number is taken",
+        "",
+        "- **Throughput** counts from the first submit to the last ack, with the driver "
+        "submitting from several threads (a web tier has many submitters) while the "
+        "workers consume: submit, relay (fast path), "
+        "claim, complete and ack are all inside the window.",
+        "- **DB commits per job**: `pg_stat_database.xact_commit` delta of the bench database "
+        "over a whole concurrency block (warm-up included), read after every backend of the "
+        "database exited (backends flush their statistics at exit), divided by the jobs of "
+        "the block. Read-only autocommit statements count as transactions in PostgreSQL too. "
+        "For Procrastinate our own completion polls are subtracted.",
+        "- **Broker commands per job**: Redis `total_commands_processed` delta per round on "
+        "the private Redis, minus our own `INFO` polls, divided by the jobs; pipelined "
+        "commands count one each, so round trips are at most this. Idle workers of the other "
+        "contenders add their `BRPOP` timeouts (about one per second each).",
+        "- **Commit -> publish**: `published_at - created_at` of the job's `jobs.execute` "
+        "outbox row. **Accept -> start**: the first `leased` JobEvent's `at` minus "
+        "`Job.created_at` (both stamped by the Python clock of the same machine).",
+        "- The relay-only mode runs `manage.py outbox_relay --loop --interval 1`, which sweeps "
+        "like the beat entry at `OUTBOX_RELAY_INTERVAL=1` without beat's own dispatch delay.",
+        "- 10k/1M: the table is topped up with finished (`succeeded`) no-op jobs by one "
+        "`INSERT ... SELECT generate_series` and `VACUUM ANALYZE`d; rows are kept between runs.",
+        "",
+    ]
+    return "\n".join(lines)

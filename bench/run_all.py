@@ -1,0 +1,142 @@
+"""`make bench`: every benchmark of durable-jobs, printed and written to docs/benchmarks.md.
+
+Usage: python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,scale]
+                               [--jobs N] [--rounds R] [--concurrency 1,2,4]
+                               [--no-procrastinate] [--strict] [--write-docs | --no-docs]
+A full run (no --only, no --quick) rewrites docs/benchmarks.md; others print only unless
+--write-docs. It uses its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a
+private redis-server started for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SCENARIOS = ["submit", "relay", "latency", "e2e", "scale"]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a couple of rounds")
+    parser.add_argument("--only", default="", help=f"comma list of {','.join(SCENARIOS)}")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per round")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
+    parser.add_argument("--concurrency", default=None, help="worker processes, e.g. 1,2,4")
+    parser.add_argument(
+        "--submitters",
+        type=int,
+        default=4,
+        help="driver threads submitting in the e2e and scale rounds",
+    )
+    parser.add_argument("--no-procrastinate", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
+    docs = parser.add_mutually_exclusive_group()
+    docs.add_argument("--write-docs", action="store_true", help="always rewrite the doc")
+    docs.add_argument("--no-docs", action="store_true", help="never rewrite the doc")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
+    args.selected = only or SCENARIOS
+    args.jobs = args.jobs or (300 if args.quick else 1000)
+    args.rounds = args.rounds or (2 if args.quick else 3)
+    conc = args.concurrency or ("1,2" if args.quick else "1,2,4")
+    try:
+        args.concurrencies = [int(x) for x in conc.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--concurrency must be integers like 1,2,4, not {conc!r}")
+    if args.jobs < 10 or args.rounds < 1 or not args.concurrencies:
+        parser.error("--jobs must be >= 10, --rounds >= 1, --concurrency non-empty")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from bench.infra import Fleet, RedisCounters, db_name, db_url, ensure_database, private_redis
+
+    main_db = db_name("main")
+    ensure_database(main_db)
+    started = time.monotonic()
+    with private_redis() as server:
+        os.environ["DATABASE_URL"] = db_url(main_db)
+        os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{server.port}/0"
+        os.environ["BENCH_BROKER_URL"] = os.environ["CELERY_BROKER_URL"]
+        os.environ["CELERY_WORKER_SEND_TASK_EVENTS"] = "0"
+        os.environ["LOG_LEVEL"] = "WARNING"
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+        import django
+
+        django.setup()
+        from bench import report, scenarios
+        from bench.infra import machine_info
+
+        fleet = Fleet()
+        bench = scenarios.Bench(
+            redis=server,
+            counters=RedisCounters(server.port),
+            fleet=fleet,
+            jobs=args.jobs,
+            rounds=args.rounds,
+            submitters=args.submitters,
+            concurrencies=args.concurrencies,
+            quick=args.quick,
+        )
+        machine = machine_info()
+        results: dict[str, Any] = {}
+        try:
+            for name in args.selected:
+                scenarios.log(f"== {name}")
+                t0 = time.monotonic()
+                if name == "e2e":
+                    results[name] = scenarios.scenario_e2e(
+                        bench, with_procrastinate=not args.no_procrastinate
+                    )
+                else:
+                    results[name] = getattr(scenarios, f"scenario_{name}")(bench)
+                results[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
+        finally:
+            fleet.close()
+    meta = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python bench/run_all.py " + shlex.join(argv),
+        "args": {
+            "jobs": args.jobs,
+            "rounds": args.rounds,
+            "concurrencies": args.concurrencies,
+            "quick": args.quick,
+            "submitters": args.submitters,
+        },
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "machine": machine,
+    }
+    targets = report.targets(results)
+    print(report.summary(results, targets))
+    out_dir = ROOT / "var" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "last.json").write_text(
+        json.dumps({"meta": meta, "results": results, "targets": targets}, indent=2)
+    )
+    full = set(args.selected) == set(SCENARIOS) and not args.quick
+    if args.write_docs or (full and not args.no_docs):
+        path = ROOT / "docs" / "benchmarks.md"
+        path.write_text(report.markdown(meta, results, targets))
+        print(f"wrote {path.relative_to(ROOT)}")
+    failed = [t for t in targets if not t["ok"]]
+    return 1 if args.strict and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,620 @@
+"""The measurements. Contenders always run interleaved in one run; ratios are taken per round.
+
+Runs inside the driver process, after django.setup() with DATABASE_URL on the main bench
+database and CELERY_BROKER_URL on the private Redis (see run_all.py).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.infra import (
+    Fleet,
+    PrivateRedis,
+    Proc,
+    RedisCounters,
+    db_name,
+    db_url,
+    ensure_database,
+    median,
+    pct,
+    pg_connect,
+    poll,
+    settled_commits,
+    wait_until,
+)
+
+E2E_TIMEOUT = 600.0
+
+
+def submit_many(n: int, submit: Callable[[], Any], threads: int) -> None:
+    """Call submit() n times from `threads` threads (a web tier has many submitters)."""
+    if threads <= 1:
+        for _ in range(n):
+            submit()
+        return
+    from django.db import connection
+
+    errors: list[BaseException] = []
+
+    def worker(count: int) -> None:
+        try:
+            for _ in range(count):
+                submit()
+        except BaseException as exc:  # surfaced below: a failed submit fails the round
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    share = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
+    pool = [threading.Thread(target=worker, args=(k,)) for k in share]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@dataclass
+class Bench:
+    """What every scenario shares: the private broker, the subprocesses, the sizes."""
+
+    redis: PrivateRedis
+    counters: RedisCounters
+    fleet: Fleet
+    jobs: int
+    rounds: int
+    submitters: int
+    concurrencies: list[int]
+    quick: bool
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def broker(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.redis.port}/{db}"
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# --- driver-side targets ------------------------------------------------------------------
+
+
+def use_target(db: str, broker: str) -> None:
+    """Point this process's Django connection and Celery producer at (db, broker)."""
+    from django.db import connections
+
+    from jobsite.celery import app
+
+    conn = connections["default"]
+    conn.close()
+    conn.settings_dict["NAME"] = db
+    if app.conf.broker_url != broker:
+        app.conf.broker_url = broker
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app._pool = None
+        app.amqp._producer_pool = None
+
+
+def close_driver_db() -> None:
+    from django.db import connections
+
+    connections.close_all()
+
+
+def bench_owner() -> Any:
+    from django.contrib.auth import get_user_model
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    return user
+
+
+def durable_submit(owner: Any) -> str:
+    import jobs
+
+    return str(jobs.submit(kind="noop", input={}, owner=owner).pk)
+
+
+def raw_submit() -> None:
+    from bench.raw_app import noop
+
+    noop.delay(job_id=str(uuid.uuid4()), generation=0)
+
+
+def durable_worker(b: Bench, name: str, concurrency: int, db: str, broker_db: int = 0) -> Proc:
+    env = b.fleet.env(
+        DATABASE_URL=db_url(db), CELERY_BROKER_URL=b.broker(broker_db), JOBS_WORKER_NAME=name
+    )
+    return b.fleet.celery_worker(
+        name, app="jobsite", queue="jobs", concurrency=concurrency, env=env
+    )
+
+
+def raw_worker(b: Bench, concurrency: int) -> Proc:
+    env = b.fleet.env(BENCH_BROKER_URL=b.broker())
+    return b.fleet.celery_worker(
+        f"raw{concurrency}", app="bench.raw_app", queue="raw", concurrency=concurrency, env=env
+    )
+
+
+# --- one round of each contender ----------------------------------------------------------
+
+
+@dataclass
+class Round:
+    contender: str
+    jobs: int
+    seconds: float
+    broker_commands: int = 0
+
+    @property
+    def throughput(self) -> float:
+        return self.jobs / self.seconds
+
+
+def broker_round(b: Bench, name: str, n: int, submit: Callable[[], Any]) -> Round:
+    """Submit n messages and stop the clock when the broker saw n more acks."""
+    info_before = b.counters.info_calls
+    commands_before = b.counters.commands()
+    acks_before = b.counters.acks()
+    started = time.perf_counter()
+    submit_many(n, submit, b.submitters)
+    done = poll(
+        lambda: b.counters.acks() - acks_before >= n,
+        timeout=E2E_TIMEOUT,
+        interval=0.005,
+        what=f"{n} acks of {name}",
+    )
+    polls = b.counters.info_calls - info_before
+    commands = b.counters.commands() - commands_before - polls
+    return Round(name, n, done - started, commands)
+
+
+class ProcrastinateDriver:
+    """Defers Procrastinate no-op jobs and counts them done, on its own database."""
+
+    def __init__(self, db: str) -> None:
+        from bench import proc_app
+
+        self.db = db
+        self.app = proc_app.app
+        self.task = proc_app.noop
+        self.polls = 0
+        self.conn: Any = None
+
+    def open(self) -> None:
+        self.app.open()
+        self.conn = pg_connect(self.db)
+
+    def close(self) -> None:
+        self.app.close()
+        self.conn.close()
+
+    def max_id(self) -> int:
+        self.polls += 1
+        row = self.conn.execute("SELECT coalesce(max(id), 0) FROM procrastinate_jobs").fetchone()
+        return int(row[0]) if row else 0
+
+    def done_since(self, start_id: int) -> int:
+        self.polls += 1
+        row = self.conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE id > %s AND status = 'succeeded'",
+            [start_id],
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def round(self, n: int, submitters: int) -> Round:
+        start_id = self.max_id()
+        started = time.perf_counter()
+        submit_many(n, lambda: self.task.defer(job_id=str(uuid.uuid4())), submitters)
+        done = poll(
+            lambda: self.done_since(start_id) >= n,
+            timeout=E2E_TIMEOUT,
+            interval=0.005,
+            what=f"{n} procrastinate jobs",
+        )
+        return Round("procrastinate", n, done - started)
+
+
+def ensure_procrastinate_schema(db: str) -> None:
+    ensure_database(db, migrate=False)
+    with pg_connect(db) as conn:
+        row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+    if row and row[0]:
+        return
+    from bench import proc_app
+
+    with proc_app.app.open():
+        proc_app.app.schema_manager.apply_schema()
+
+
+def procrastinate_worker(b: Bench, db: str, concurrency: int) -> Proc:
+    env = b.fleet.env(BENCH_PROCRASTINATE_DSN=f"postgresql://postgres@127.0.0.1:5432/{db}")
+    argv = [
+        sys.executable,
+        "-m",
+        "procrastinate",
+        "--app=bench.proc_app.app",
+        "worker",
+        "--queues=bench",
+        f"--concurrency={concurrency}",
+    ]
+    return b.fleet.spawn(f"procrastinate{concurrency}", argv, env)
+
+
+# --- 1. submit ----------------------------------------------------------------------------
+
+
+def scenario_submit(b: Bench) -> dict[str, Any]:
+    """jobs.submit (fast path on and off) vs a bare task.delay(), interleaved, no workers."""
+    from django.conf import settings
+
+    import outbox.relay as relay
+
+    main = db_name("main")
+    use_target(main, b.broker())
+    owner = bench_owner()
+    n = b.jobs
+    fast_publish: list[float] = []
+    real_publish = relay.outbox_publish_after_commit
+
+    def timed_publish(ids: list[int]) -> None:
+        started = time.perf_counter()
+        real_publish(ids)
+        fast_publish.append(time.perf_counter() - started)
+
+    def durable(fast: bool) -> Callable[[], Any]:
+        def call() -> Any:
+            settings.OUTBOX_FAST_PATH = fast
+            return durable_submit(owner)
+
+        return call
+
+    contenders: dict[str, Callable[[], Any]] = {
+        "submit_fast": durable(True),
+        "submit_relay_only": durable(False),
+        "delay": raw_submit,
+    }
+    latencies: dict[str, list[list[float]]] = {k: [] for k in contenders}
+    rates: dict[str, list[float]] = {k: [] for k in contenders}
+    relay.outbox_publish_after_commit = timed_publish  # type: ignore[assignment]
+    try:
+        for warm in contenders.values():
+            for _ in range(20):
+                warm()
+        for r in range(b.rounds):
+            order = list(contenders)
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for name in order:
+                call = contenders[name]
+                lat = []
+                started = time.perf_counter()
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    call()
+                    lat.append(time.perf_counter() - t0)
+                rates[name].append(n / (time.perf_counter() - started))
+                latencies[name].append(lat)
+    finally:
+        relay.outbox_publish_after_commit = real_publish  # type: ignore[assignment]
+        settings.OUTBOX_FAST_PATH = True
+    _drain_unpublished(b)
+    out: dict[str, Any] = {"jobs_per_round": n, "rounds": b.rounds}
+    for name in contenders:
+        flat = [x for lat in latencies[name] for x in lat]
+        out[name] = {
+            "jobs_per_s": median(rates[name]),
+            "p50_ms": pct(flat, 50) * 1000,
+            "p99_ms": pct(flat, 99) * 1000,
+        }
+    out["ratio_submit_fast_vs_delay"] = median(
+        [a / c for a, c in zip(rates["submit_fast"], rates["delay"], strict=True)]
+    )
+    out["fast_path_publish_ms_p50"] = pct(fast_publish, 50) * 1000
+    out["fast_path_publish_ms_p99"] = pct(fast_publish, 99) * 1000
+    return out
+
+
+def _drain_unpublished(b: Bench) -> None:
+    """Leave no unpublished row behind (it would load later scenarios), then drop messages."""
+    from outbox.relay import outbox_relay_batch
+
+    while outbox_relay_batch(limit=1000).reserved:
+        pass
+    b.counters.flush()
+
+
+# --- 2. relay throughput ------------------------------------------------------------------
+
+
+def scenario_relay(b: Bench) -> dict[str, Any]:
+    """outbox_relay_batch rows/s on a backlog (fast path off); the fast path per row."""
+    from django.conf import settings
+
+    from outbox.relay import outbox_relay_batch
+
+    main = db_name("main")
+    use_target(main, b.broker())
+    owner = bench_owner()
+    backlog = b.jobs * 2
+    rates = []
+    settings.OUTBOX_FAST_PATH = False
+    try:
+        for _ in range(b.rounds):
+            for _ in range(backlog):
+                durable_submit(owner)
+            published = 0
+            started = time.perf_counter()
+            while True:
+                result = outbox_relay_batch()
+                published += result.published
+                if not result.reserved:
+                    break
+            rates.append(published / (time.perf_counter() - started))
+            b.counters.flush()
+    finally:
+        settings.OUTBOX_FAST_PATH = True
+    return {
+        "backlog_rows": backlog,
+        "batch_size": settings.OUTBOX_RELAY_BATCH_SIZE,
+        "rows_per_s": median(rates),
+        "rounds": rates,
+    }
+
+
+# --- 5. latency (and 2. commit-to-publish) ------------------------------------------------
+
+
+def scenario_latency(b: Bench) -> dict[str, Any]:
+    """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits."""
+    from django.conf import settings
+
+    main = db_name("main")
+    use_target(main, b.broker())
+    owner = bench_owner()
+    interval = 1.0
+    worker = durable_worker(b, "lat", 2, main)
+    relay = b.fleet.spawn(
+        "relay",
+        [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"],
+        b.fleet.env(DATABASE_URL=db_url(main), CELERY_BROKER_URL=b.broker()),
+    )
+    per_round = max(60, b.jobs // 5)
+    rng = random.Random(6)
+    samples: dict[str, dict[str, list[float]]] = {
+        mode: {"start": [], "publish": []} for mode in ("fast", "relay_only")
+    }
+    conn = pg_connect(main)
+    try:
+        for r in range(b.rounds):
+            modes = ["fast", "relay_only"] if r % 2 == 0 else ["relay_only", "fast"]
+            for mode in modes:
+                settings.OUTBOX_FAST_PATH = mode == "fast"
+                ids = []
+                for _ in range(per_round):
+                    ids.append(durable_submit(owner))
+                    time.sleep(rng.uniform(0.01, 0.03))  # paced load, not saturation
+
+                def started_all(ids: list[str] = ids) -> bool:
+                    row = conn.execute(
+                        "SELECT count(*) FROM jobs_job WHERE id = ANY(%s::uuid[]) "
+                        "AND state = 'succeeded'",
+                        [ids],
+                    ).fetchone()
+                    return bool(row) and int(row[0]) == len(ids)
+
+                wait_until(started_all, timeout=120, interval=0.1, what=f"{mode} jobs to run")
+                start_rows = conn.execute(
+                    "SELECT extract(epoch FROM min(e.at) - j.created_at) FROM jobs_job j "
+                    "JOIN jobs_jobevent e ON e.job_id = j.id AND e.to_state = 'leased' "
+                    "WHERE j.id = ANY(%s::uuid[]) GROUP BY j.id, j.created_at",
+                    [ids],
+                ).fetchall()
+                publish_rows = conn.execute(
+                    "SELECT extract(epoch FROM min(published_at - created_at)) "
+                    "FROM outbox_outboxentry WHERE job_id = ANY(%s::uuid[]) "
+                    "AND task_name = 'jobs.execute' GROUP BY job_id",
+                    [ids],
+                ).fetchall()
+                samples[mode]["start"] += [float(x[0]) for x in start_rows]
+                samples[mode]["publish"] += [float(x[0]) for x in publish_rows]
+    finally:
+        settings.OUTBOX_FAST_PATH = True
+        conn.close()
+        b.fleet.stop(relay)
+        b.fleet.stop(worker)
+    out: dict[str, Any] = {
+        "jobs_per_mode": per_round * b.rounds,
+        "relay_interval_s": interval,
+        "worker_concurrency": 2,
+    }
+    for mode, data in samples.items():
+        out[mode] = {
+            "accept_to_start_p50_ms": pct(data["start"], 50) * 1000,
+            "accept_to_start_p99_ms": pct(data["start"], 99) * 1000,
+            "commit_to_publish_p50_ms": pct(data["publish"], 50) * 1000,
+            "commit_to_publish_p99_ms": pct(data["publish"], 99) * 1000,
+        }
+    return out
+
+
+# --- 3 + 4. end to end vs raw Celery vs Procrastinate -------------------------------------
+
+
+def scenario_e2e(b: Bench, *, with_procrastinate: bool = True) -> dict[str, Any]:
+    """Per concurrency: durable, raw Celery and Procrastinate no-ops, rounds interleaved."""
+    main = db_name("main")
+    pdb = db_name("procrastinate")
+    if with_procrastinate:
+        ensure_procrastinate_schema(pdb)
+    use_target(main, b.broker())
+    owner = bench_owner()
+    out: dict[str, Any] = {
+        "jobs_per_round": b.jobs,
+        "rounds": b.rounds,
+        "submitters": b.submitters,
+        "by_concurrency": {},
+    }
+    for c in b.concurrencies:
+        log(f"  e2e: concurrency {c}")
+        proc = ProcrastinateDriver(pdb) if with_procrastinate else None
+        close_driver_db()
+        base_main = settled_commits(main)
+        base_proc = settled_commits(pdb) if proc else 0
+        workers = [durable_worker(b, f"durable{c}", c, main), raw_worker(b, c)]
+        if proc:
+            workers.append(procrastinate_worker(b, pdb, c))
+            proc.open()
+        warm = 4 * c
+        contenders: dict[str, Callable[[int], Round]] = {
+            "durable": lambda n: broker_round(b, "durable", n, lambda: durable_submit(owner)),
+            "raw_celery": lambda n: broker_round(b, "raw_celery", n, raw_submit),
+        }
+        if proc:
+            contenders["procrastinate"] = lambda n, p=proc: p.round(n, b.submitters)
+        done_jobs = {k: 0 for k in contenders}
+        rounds: dict[str, list[Round]] = {k: [] for k in contenders}
+        try:
+            for name, run in contenders.items():
+                run(warm)
+                done_jobs[name] += warm
+            for r in range(b.rounds):
+                order = list(contenders)
+                order = order[r % len(order) :] + order[: r % len(order)]
+                for name in order:
+                    result = contenders[name](b.jobs)
+                    rounds[name].append(result)
+                    done_jobs[name] += b.jobs
+                    log(f"    {name:14s} {result.throughput:8.1f} jobs/s")
+        finally:
+            for w in workers:
+                b.fleet.stop(w)
+            close_driver_db()
+            if proc:
+                proc.close()
+        commits_main = settled_commits(main) - base_main
+        entry: dict[str, Any] = {}
+        for name, rs in rounds.items():
+            entry[name] = {
+                "jobs_per_s": median([x.throughput for x in rs]),
+                "rounds": [round(x.throughput, 1) for x in rs],
+            }
+            if name != "procrastinate":
+                entry[name]["broker_commands_per_job"] = median(
+                    [x.broker_commands / x.jobs for x in rs]
+                )
+        entry["durable"]["db_commits_per_job"] = commits_main / done_jobs["durable"]
+        entry["ratio_vs_raw"] = median(
+            [
+                a.throughput / z.throughput
+                for a, z in zip(rounds["durable"], rounds["raw_celery"], strict=True)
+            ]
+        )
+        if proc:
+            # Our count(*) polls are transactions too: take them out.
+            commits_proc = settled_commits(pdb) - base_proc - proc.polls
+            entry["procrastinate"]["db_commits_per_job"] = commits_proc / done_jobs["procrastinate"]
+            entry["ratio_vs_procrastinate"] = median(
+                [
+                    a.throughput / z.throughput
+                    for a, z in zip(rounds["durable"], rounds["procrastinate"], strict=True)
+                ]
+            )
+        _check_all_succeeded(main)
+        out["by_concurrency"][str(c)] = entry
+    use_target(main, b.broker())
+    return out
+
+
+def _check_all_succeeded(db: str) -> None:
+    with pg_connect(db) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM jobs_job WHERE state IN ('leased', 'retry_wait', "
+            "'quarantined') AND kind = 'noop'"
+        ).fetchone()
+    if row and int(row[0]):
+        raise RuntimeError(f"{row[0]} noop jobs of {db} did not succeed")
+
+
+# --- 6. 10k vs 1M rows --------------------------------------------------------------------
+
+FILL_SQL = """
+INSERT INTO jobs_job (
+    id, kind, kind_version, input_version, request_fingerprint, input, state, attempt,
+    max_attempts, generation, lease_owner, result, error_category, error_message,
+    created_at, updated_at, started_at, finished_at, next_attempt_at, deadline, owner_id)
+SELECT gen_random_uuid(), 'noop', 1, 1, md5(g::text) || md5((g + 7)::text), '{}'::jsonb,
+       'succeeded', 1, 3, 1, 'bench-fill', '{}'::jsonb, '', '',
+       t, t, t, t + interval '5 ms', t, t + interval '1 day', %(owner)s
+FROM generate_series(1, %(n)s) AS g,
+     LATERAL (SELECT now() - interval '2 days' - make_interval(secs => g * 0.1) AS t) AS ts
+"""
+
+
+def fill_jobs(db: str, target: int, owner_id: int) -> int:
+    """Top the job table up to `target` finished jobs (kept between runs), then ANALYZE."""
+    with pg_connect(db) as conn:
+        row = conn.execute("SELECT count(*) FROM jobs_job").fetchone()
+        have = int(row[0]) if row else 0
+        if have < target:
+            log(f"  filling {db}: {have} -> {target} rows")
+            conn.execute(FILL_SQL, {"owner": owner_id, "n": target - have})
+        conn.execute("VACUUM ANALYZE jobs_job")
+        row = conn.execute("SELECT count(*) FROM jobs_job").fetchone()
+    return int(row[0]) if row else 0
+
+
+def scenario_scale(b: Bench) -> dict[str, Any]:
+    """Durable e2e with 10k vs 1M finished jobs already in the table, interleaved."""
+    sizes = {"10k": 10_000, "1m": 1_000_000}
+    concurrency = 2
+    targets = {}
+    for i, (label, rows) in enumerate(sizes.items(), start=1):
+        db = db_name(label)
+        ensure_database(db)
+        use_target(db, b.broker(i))
+        owner = bench_owner()
+        have = fill_jobs(db, rows, owner.pk)
+        targets[label] = (db, i, owner, have)
+    workers = [
+        durable_worker(b, f"scale{label}", concurrency, db, broker_db)
+        for label, (db, broker_db, _, _) in targets.items()
+    ]
+    rounds: dict[str, list[Round]] = {label: [] for label in targets}
+    try:
+        for label, (db, broker_db, owner, _) in targets.items():
+            use_target(db, b.broker(broker_db))
+            broker_round(b, label, 4 * concurrency, lambda owner=owner: durable_submit(owner))
+        for r in range(b.rounds):
+            order = list(targets) if r % 2 == 0 else list(reversed(targets))
+            for label in order:
+                db, broker_db, owner, _ = targets[label]
+                use_target(db, b.broker(broker_db))
+                result = broker_round(b, label, b.jobs, lambda owner=owner: durable_submit(owner))
+                rounds[label].append(result)
+                log(f"    {label:4s} rows: {result.throughput:8.1f} jobs/s")
+    finally:
+        for w in workers:
+            b.fleet.stop(w)
+        use_target(db_name("main"), b.broker())
+    return {
+        "concurrency": concurrency,
+        "submitters": b.submitters,
+        "jobs_per_round": b.jobs,
+        "rows": {label: t[3] for label, t in targets.items()},
+        "10k_jobs_per_s": median([x.throughput for x in rounds["10k"]]),
+        "1m_jobs_per_s": median([x.throughput for x in rounds["1m"]]),
+        "ratio_1m_vs_10k": median(
+            [m.throughput / k.throughput for m, k in zip(rounds["1m"], rounds["10k"], strict=True)]
+        ),
+        "rounds": {label: [round(x.throughput, 1) for x in rs] for label, rs in rounds.items()},
+    }
