@@ -1,0 +1,205 @@
+"""The chaos checker: after the run drains, prove the promise held for every accepted job.
+
+Checks (each failure is a `violation` with the job id, so the JobEvent trail can be read):
+  1. every accepted job is finished in a state its kind allows (tests.kinds_chaos.EXPECTED);
+  2. at most one applied ledger row per (job, input version, effect), and a succeeded job
+     that sends a notice has exactly one applied `notice` row;
+  3. the provider holds one notice per key; a key was requested more than once only when
+     its ledger row was begun more than once (a pending/uncertain retry), and never more
+     often than it was begun;
+  4. no job has two terminal events; the trail is well-formed: each claim's generation is
+     the previous claim's + 1, every other worker write carries the current generation, and
+     the last event's state is the job's state;
+  5. the run exercised the fences: duplicate deliveries + stale writes rejected > 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+FINISHED = {"succeeded", "quarantined", "cancelled", "failed"}
+NOTICE_KINDS = {"chaos.notify", "chaos.flaky", "drill.notify", "drill.flaky"}
+CLAIM_REASONS = {"claimed", "took over expired lease"}
+
+
+@dataclass
+class CheckReport:
+    jobs: int = 0
+    states: Counter[str] = field(default_factory=Counter)
+    by_kind: dict[str, Counter[str]] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    signals: dict[str, int] = field(default_factory=dict)
+    notices: int = 0
+    provider_requests: int = 0
+    keys_requested_more_than_once: int = 0
+    effect_rows: int = 0
+    effect_rows_retried: int = 0
+    claims: int = 0
+    takeovers: int = 0
+    max_attempt: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "jobs": self.jobs,
+            "states": dict(self.states),
+            "by_kind": {k: dict(v) for k, v in self.by_kind.items()},
+            "violations": self.violations[:50],
+            "violation_count": len(self.violations),
+            "signals": self.signals,
+            "notices": self.notices,
+            "provider_requests": self.provider_requests,
+            "keys_requested_more_than_once": self.keys_requested_more_than_once,
+            "effect_rows": self.effect_rows,
+            "effect_rows_retried": self.effect_rows_retried,
+            "claims": self.claims,
+            "takeovers": self.takeovers,
+            "max_attempt": self.max_attempt,
+        }
+
+
+def _check_states(
+    report: CheckReport, jobs: list[Any], expected: dict[str, set[str]], accepted: set[str]
+) -> None:
+    seen = {str(job.pk) for job in jobs}
+    for missing in sorted(accepted - seen):
+        report.violations.append(f"accepted job {missing} has no row (lost acceptance)")
+    for job in jobs:
+        report.states[job.state] += 1
+        report.by_kind.setdefault(job.kind, Counter())[job.state] += 1
+        report.max_attempt = max(report.max_attempt, job.attempt)
+        if job.state not in FINISHED:
+            report.violations.append(f"job {job.pk} ({job.kind}) not finished: {job.state}")
+        elif job.kind in expected and job.state not in expected[job.kind]:
+            report.violations.append(
+                f"job {job.pk} ({job.kind}) ended {job.state}, expected one of "
+                f"{sorted(expected[job.kind])}: {job.error_category} {job.error_message[:120]}"
+            )
+
+
+def _check_trail(report: CheckReport, job: Any, events: list[Any]) -> None:
+    terminal = [e for e in events if e.to_state in FINISHED]
+    if len(terminal) > 1:
+        report.violations.append(
+            f"job {job.pk}: {len(terminal)} terminal events "
+            f"({', '.join(f'{e.to_state}@g{e.generation}' for e in terminal)})"
+        )
+    current = 0
+    for event in events:
+        is_claim = event.to_state == "leased" and event.reason in CLAIM_REASONS
+        if is_claim:
+            report.claims += 1
+            report.takeovers += event.from_state == "leased"
+            if event.generation != current + 1:
+                report.violations.append(
+                    f"job {job.pk}: claim generation {event.generation} after {current}"
+                )
+            current = event.generation
+        elif event.from_state == "leased" and event.generation != current:
+            report.violations.append(
+                f"job {job.pk}: {event.from_state}->{event.to_state} by generation "
+                f"{event.generation} while generation {current} held it (stale write applied)"
+            )
+    if events and events[-1].to_state != job.state:
+        report.violations.append(
+            f"job {job.pk}: last event -> {events[-1].to_state} but state is {job.state}"
+        )
+    if current != job.generation:
+        report.violations.append(
+            f"job {job.pk}: generation {job.generation} but claims reached {current}"
+        )
+
+
+def _check_effects(report: CheckReport, jobs: list[Any], provider: dict[str, Any] | None) -> None:
+    from jobs.models import EffectLedgerEntry
+
+    rows = list(EffectLedgerEntry.objects.all())
+    report.effect_rows = len(rows)
+    by_job: dict[str, list[Any]] = defaultdict(list)
+    applied = Counter()
+    for row in rows:
+        by_job[str(row.job_id)].append(row)
+        if row.state == "applied":
+            applied[(str(row.job_id), row.input_version, row.name)] += 1
+        report.effect_rows_retried += row.calls > 1
+    for key, count in applied.items():
+        if count > 1:
+            report.violations.append(f"effect {key} applied {count} times")
+    for job in jobs:
+        if job.state == "succeeded" and job.kind in NOTICE_KINDS:
+            notices = [r for r in by_job[str(job.pk)] if r.name == "notice"]
+            if len(notices) != 1 or notices[0].state != "applied":
+                report.violations.append(
+                    f"job {job.pk} succeeded without one applied notice "
+                    f"({[(r.name, r.state) for r in notices]})"
+                )
+    if provider is None:
+        return
+    requests: dict[str, int] = provider.get("requests_by_key", {})
+    report.notices = int(provider.get("notices", 0))
+    report.provider_requests = sum(requests.values())
+    report.keys_requested_more_than_once = sum(1 for n in requests.values() if n > 1)
+    ledger = {row.idempotency_key: row for row in rows}
+    for key, count in requests.items():
+        row = ledger.get(key)
+        if row is None:
+            report.violations.append(f"provider got key {key} with no ledger row")
+        elif count > row.calls:
+            report.violations.append(
+                f"key {key}: {count} provider requests but the ledger began it {row.calls} times "
+                "(a call bypassed the ledger)"
+            )
+    notice_jobs = sum(1 for j in jobs if j.state == "succeeded" and j.kind in NOTICE_KINDS)
+    if report.notices < notice_jobs:
+        report.violations.append(
+            f"{notice_jobs} notice jobs succeeded but the provider holds {report.notices} notices"
+        )
+
+
+def check_run(
+    *,
+    accepted: set[str],
+    expected: dict[str, set[str]],
+    provider: dict[str, Any] | None,
+    require_fences: bool = True,
+) -> CheckReport:
+    """Run every check against the database (and the provider's /stats); see module doc."""
+    from jobs.models import Job, JobEvent
+    from jobs.signals import (
+        DUPLICATE_DELIVERIES,
+        DUPLICATE_EFFECTS,
+        EXPIRED_LEASES,
+        STALE_WRITES_REJECTED,
+        signal_values,
+    )
+
+    report = CheckReport()
+    jobs = list(Job.objects.all())
+    report.jobs = len(jobs)
+    _check_states(report, jobs, expected, accepted)
+    events: dict[str, list[Any]] = defaultdict(list)
+    for event in JobEvent.objects.order_by("id").iterator(chunk_size=5000):
+        events[str(event.job_id)].append(event)
+    for job in jobs:
+        _check_trail(report, job, events[str(job.pk)])
+    _check_effects(report, jobs, provider)
+    values = signal_values()
+    report.signals = {name: value for (name, label), value in values.items() if not label}
+    duplicates = report.signals.get(DUPLICATE_DELIVERIES, 0)
+    stale = report.signals.get(STALE_WRITES_REJECTED, 0)
+    report.signals.setdefault(DUPLICATE_DELIVERIES, duplicates)
+    report.signals.setdefault(STALE_WRITES_REJECTED, stale)
+    report.signals.setdefault(EXPIRED_LEASES, 0)
+    if report.signals.get(DUPLICATE_EFFECTS, 0):
+        report.violations.append(f"{DUPLICATE_EFFECTS} = {report.signals[DUPLICATE_EFFECTS]}")
+    if require_fences and duplicates == 0 and stale == 0:
+        report.violations.append(
+            "no duplicate delivery and no stale write was rejected: the run tested nothing"
+        )
+    return report
