@@ -183,6 +183,7 @@ class QuarantineRecordAdmin(ReadOnlyAdmin):
                 request, f"Write a note saying why before you {verb}.", messages.ERROR
             )
             return
+        skipped = queryset.exclude(status=QuarantineStatus.OPEN).count()
         done, refused = 0, []
         for record in queryset.filter(status=QuarantineStatus.OPEN).only("pk"):
             try:
@@ -191,9 +192,10 @@ class QuarantineRecordAdmin(ReadOnlyAdmin):
                 refused.append(str(exc))
             else:
                 done += 1
-        skipped = queryset.exclude(status=QuarantineStatus.OPEN).count()
         if done:
-            self.message_user(request, f"{verb}: {done} quarantined job(s).", messages.SUCCESS)
+            self.message_user(
+                request, f"{verb.capitalize()}: {done} quarantined job(s).", messages.SUCCESS
+            )
         if skipped:
             self.message_user(
                 request, f"{skipped} record(s) were already resolved; left alone.", messages.WARNING

@@ -1,0 +1,146 @@
+"""/metrics read from the database: known scenarios give known numbers; access is limited."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+import jobs
+from jobs.exceptions import LeaseLost
+from jobs.leases import job_claim
+from jobs.models import Job
+from jobs.reaper import jobs_reap
+from jobs.runtime import Outcome, execute
+from jobs.services import job_complete
+from outbox.models import OutboxEntry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN = "scrape-secret-123"
+
+
+def _scrape(client: Client, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def _expire(job_id: Any) -> None:
+    Job.objects.filter(pk=job_id).update(lease_until=timezone.now() - timedelta(minutes=5))
+
+
+def test_metrics_count_one_duplicate_delivery_and_one_stale_completion__no_duplicate_effects(
+    user: Any, settings: Any
+) -> None:
+    settings.JOBS_METRICS_TOKEN = TOKEN
+    # One duplicate delivery: a message for a job that already succeeded.
+    done = jobs.submit(kind="noop", input={"n": 1}, owner=user)
+    assert execute(done.pk).outcome is Outcome.SUCCEEDED
+    assert execute(done.pk).outcome is Outcome.DUPLICATE
+    # One stale completion: the old owner completes after a new generation took over.
+    raced = jobs.submit(kind="noop", input={"n": 2}, owner=user)
+    old = job_claim(raced, worker="old:1", lease_seconds=30)
+    assert old is not None
+    _expire(raced.pk)
+    new = job_claim(Job.objects.get(pk=raced.pk), worker="new:1", lease_seconds=30)
+    assert new is not None and new.generation == old.generation + 1
+    with pytest.raises(LeaseLost):
+        job_complete(old, result={"stale": True}, local_effects=[])
+    job_complete(new, result={"ok": True}, local_effects=[])
+    # One expired lease recovered by the reaper; one job still waiting.
+    reaped = jobs.submit(kind="noop", input={"n": 3}, owner=user)
+    assert job_claim(reaped, worker="dead:1", lease_seconds=30) is not None
+    _expire(reaped.pk)
+    assert jobs_reap().expired == 1
+    jobs.submit(kind="noop", input={"n": 4}, owner=user)
+
+    m = _scrape(Client(), Authorization=f"Bearer {TOKEN}")
+
+    assert m[("jobs_duplicate_deliveries_total", ())] == 1
+    assert m[("jobs_stale_writes_rejected_total", ())] == 1
+    assert m[("jobs_duplicate_effects_total", ())] == 0
+    assert m[("jobs_expired_leases_total", ())] == 1
+    assert m[("jobs_effects_reused_total", ())] == 0
+    assert m[("jobs_accepted_total", ())] == 4
+    assert m[("jobs_completed_total", (("outcome", "succeeded"),))] == 2
+    assert m[("jobs_completed_total", (("outcome", "quarantined"),))] == 0
+    assert m[("jobs_backlog", (("status", "queued"),))] == 1
+    assert m[("jobs_backlog", (("status", "retry_wait"),))] == 1
+    assert m[("jobs_backlog", (("status", "leased"),))] == 0
+    assert m[("jobs_quarantined", ())] == 0
+    assert m[("jobs_expired_leases_unreaped", ())] == 0
+    published = OutboxEntry.objects.filter(published_at__isnull=False).count()
+    assert m[("jobs_relay_published_total", ())] == published > 0
+    assert 0 <= m[("jobs_oldest_queued_age_seconds", ())] < 60
+    assert m[("jobs_latency_seconds", (("quantile", "0.5"),))] >= 0
+
+
+def test_metrics_read_the_oldest_due_job_and_outbox_lag__backdated_rows(
+    user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    long_ago = timezone.now() - timedelta(seconds=120)
+    Job.objects.filter(pk=job.pk).update(next_attempt_at=long_ago)
+    OutboxEntry.objects.filter(job_id=job.pk).update(available_at=long_ago)
+    client = Client()
+    client.force_login(_staff())
+    m = _scrape(client)
+    assert 119 <= m[("jobs_oldest_queued_age_seconds", ())] < 180
+    assert 119 <= m[("jobs_outbox_lag_seconds", ())] < 180
+    assert m[("jobs_outbox_pending", ())] == 1
+
+
+def test_metrics_never_expose_job_input__private_marker(user: Any) -> None:
+    jobs.submit(kind="noop", input={"secret": "private-marker-7731"}, owner=user)
+    client = Client()
+    client.force_login(_staff())
+    body = client.get("/metrics").content.decode()
+    assert "private-marker-7731" not in body and "jobs_accepted_total 1.0" in body
+
+
+def _staff() -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user(username="ops", password="pw", is_staff=True)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "not_authenticated"),
+        ({"Authorization": "Bearer wrong"}, 401, "not_authenticated"),
+        ({"Authorization": "Basic b3BzOnB3"}, 401, "not_authenticated"),
+    ],
+)
+def test_metrics_refuse_anonymous_scrapes__json_error(
+    settings: Any, headers: dict[str, str], status: int, code: str
+) -> None:
+    settings.JOBS_METRICS_TOKEN = TOKEN
+    response = Client().get("/metrics", headers=headers)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+def test_metrics_refuse_logged_in_non_staff__403(user: Any) -> None:
+    client = Client()
+    client.force_login(user)
+    response = client.get("/metrics")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+
+
+def test_metrics_token_is_disabled__when_setting_empty(settings: Any) -> None:
+    settings.JOBS_METRICS_TOKEN = ""
+    response = Client().get("/metrics", headers={"Authorization": "Bearer "})
+    assert response.status_code == 401
