@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from celery import Celery
@@ -17,9 +18,14 @@ app.autodiscover_tasks()
 
 @worker_init.connect
 def _refuse_unsafe_settings(sender: Any = None, **kwargs: Any) -> None:
-    from jobs.worker_checks import check_worker_settings
+    from jobs.worker_checks import UnsafeWorkerSettings, check_worker_settings
 
-    check_worker_settings(app.conf)
+    try:
+        check_worker_settings(app.conf)
+    except UnsafeWorkerSettings as exc:
+        # Celery logs and swallows exceptions from signal handlers; SystemExit gets through.
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(78) from exc
 
 
 @worker_ready.connect

@@ -28,7 +28,7 @@ if ! redis_up; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
   wait_for Redis redis_up 15 || exit 1
 fi
-if [ "${JOBS_NEED_RABBITMQ:-0}" = "1" ] && ! rabbit_up; then
+if [ "${JOBS_NEED_RABBITMQ:-1}" = "1" ] && ! rabbit_up; then
   echo "starting RabbitMQ"
   rabbitmq-server -detached || true
   wait_for RabbitMQ rabbit_up 60 || exit 1
