@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, OperationalError
 from django.db.utils import InterfaceError
 
@@ -90,6 +91,8 @@ def classify(exc: BaseException) -> tuple[Category, str]:
         return Category.TRANSIENT, "serialization_failure_or_deadlock"
     if isinstance(exc, _TRANSIENT_TYPES):
         return Category.TRANSIENT, type(exc).__name__
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return Category.TRANSIENT, "soft_time_limit"
     module = type(exc).__module__
     if module.startswith("requests") and "Timeout" in type(exc).__name__:
         return Category.TRANSIENT, "timeout"
