@@ -39,6 +39,7 @@ class ReapResult:
     expired: int = 0
     retried: int = 0
     quarantined: int = 0
+    cancelled: int = 0
 
 
 def _lease_of(job: Job) -> Lease:
@@ -103,7 +104,11 @@ def jobs_reap(*, limit: int = 500) -> ReapResult:
             lease = _lease_of(job)
             message = f"lease held by {job.lease_owner} expired (attempt {job.attempt})"
             try:
-                if decision.action is Action.RETRY:
+                if job.cancel_requested_at is not None:
+                    # Its owner died before seeing the cancel request: honour it, do not rerun.
+                    services.job_cancel_finish(lease, reason="cancelled: lease expired")
+                    result.cancelled += 1
+                elif decision.action is Action.RETRY:
                     services.job_retry_schedule(lease, decision=decision, error_message=message)
                     result.retried += 1
                 else:

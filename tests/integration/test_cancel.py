@@ -12,6 +12,7 @@ import jobs
 from jobs.exceptions import InvalidTransition
 from jobs.leases import job_claim
 from jobs.models import Job, JobEvent
+from jobs.reaper import jobs_reap
 from jobs.retry import Action, Category, Decision
 from jobs.runtime import Outcome
 from jobs.services import job_cancel, job_retry_schedule
@@ -82,3 +83,18 @@ def test_leased_job_cancelled_through_heartbeat__handler_stops(harness: Harness,
     assert events[-1].to_state == "cancelled" and events[-1].worker.startswith("w1")
     assert events[-1].reason == "cancelled while running"
     assert [e.to_state for e in events].count("cancelled") == 1
+
+
+def test_cancel_request_honoured_by_reaper__owner_died_before_heartbeat(user: Any) -> None:
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    assert job_claim(job, worker="dead:1", lease_seconds=0.2) is not None
+    assert job_cancel(job_id=job.pk, actor="carol").state == "leased"
+    # The owner never heartbeats again; once its lease ends the reaper finishes the request.
+    wait_until(lambda: jobs_reap().cancelled == 1, timeout=30, what="reaper to cancel")
+    job.refresh_from_db()
+    assert job.state == "cancelled" and job.attempt == 1
+    assert JobEvent.objects.filter(job=job, to_state="cancelled").get().reason == (
+        "cancelled: lease expired"
+    )
+    assert not JobEvent.objects.filter(job=job, to_state="retry_wait").exists()
+    assert jobs.execute(job.pk).outcome is Outcome.DUPLICATE
