@@ -38,17 +38,36 @@ def _pause(seconds: float, ctx: JobContext) -> None:
 
 
 def _report(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
-    """Job 84: optional work, then the real report handler (artifact + one notice), then more."""
+    """Job 84: the real report handler (artifact + one notice), wrapped in optional work.
+
+    `work_seconds` (before the artifact) and `work_after_seconds` (after the notice) apply to
+    the first generation only, so a take-over by a second worker finishes promptly.
+    """
     _record_call(ctx)
-    _pause(float(input.get("work_seconds", 0)), ctx)
+    first = ctx.generation == 1
+    _pause(float(input.get("work_seconds", 0)) if first else 0.0, ctx)
     result = report_generate(ctx, {"title": input["title"], "rows": input.get("rows", [])})
-    _pause(float(input.get("work_after_seconds", 0)), ctx)
+    _pause(float(input.get("work_after_seconds", 0)) if first else 0.0, ctx)
     return result
 
 
 # A short lease so expiry, reaping and take-over happen within a test's patience.
-handler("test.report", max_attempts=6, max_elapsed=600, lease_seconds=2, base_delay=0.1,
-        max_delay=0.5, responsible="tests")(_report)
+handler(
+    "test.report",
+    max_attempts=6,
+    max_elapsed=600,
+    lease_seconds=2,
+    base_delay=0.1,
+    max_delay=0.5,
+    responsible="tests",
+)(_report)
 # A comfortable lease for tests where the lease must stay alive under a loaded machine.
-handler("test.report_long", max_attempts=6, max_elapsed=600, lease_seconds=20, base_delay=0.1,
-        max_delay=0.5, responsible="tests")(_report)
+handler(
+    "test.report_long",
+    max_attempts=6,
+    max_elapsed=600,
+    lease_seconds=20,
+    base_delay=0.1,
+    max_delay=0.5,
+    responsible="tests",
+)(_report)

@@ -52,8 +52,9 @@ def test_submit_killed_after_commit_before_publish__relay_publishes_it_later(
         # The fast path reserves its row; keep the reservation short so the relay may take it.
         OUTBOX_RESERVATION_SECONDS="1",
     )
-    done = subprocess.run([sys.executable, "-c", SUBMIT_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SUBMIT_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
 
     assert done.returncode == 137, done.stderr
     assert "publish returned" not in done.stdout
@@ -64,13 +65,17 @@ def test_submit_killed_after_commit_before_publish__relay_publishes_it_later(
     assert broker_job_ids(harness) == []
 
     harness.start_relay()
-    wait_until(lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
-               timeout=60, what="the relay to publish the orphaned row")
+    wait_until(
+        lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+        timeout=60,
+        what="the relay to publish the orphaned row",
+    )
     assert broker_job_ids(harness) == [str(job.pk)]
 
     harness.start_worker("w-accept")
-    wait_until(lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=60,
-               what="the job to run")
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=60, what="the job to run"
+    )
     assert Job.objects.get(pk=job.pk).generation == 1
 
 
@@ -92,14 +97,20 @@ def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_
     assert OutboxEntry.objects.get(pk=entry.pk).published_at is None
 
     harness.start_relay()
-    wait_until(lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
-               timeout=60, what="a second relay to publish the row again")
+    wait_until(
+        lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+        timeout=60,
+        what="a second relay to publish the row again",
+    )
     assert broker_job_ids(harness) == [str(job.pk), str(job.pk)]
     assert OutboxEntry.objects.get(pk=entry.pk).publish_attempts == 2
 
     harness.start_worker("w-dup")
-    wait_until(lambda: signal_value(DUPLICATE_DELIVERIES) == 1, timeout=60,
-               what="the second delivery to be counted as a duplicate")
+    wait_until(
+        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        timeout=60,
+        what="the second delivery to be counted as a duplicate",
+    )
     wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
     done = Job.objects.get(pk=job.pk)
     assert done.state == "succeeded"

@@ -45,8 +45,12 @@ def published_by(proc: Proc) -> int:
 
 
 def assert_every_job_published_once_at_least(harness: Harness, job_ids: set[str]) -> Counter[str]:
-    wait_until(lambda: not OutboxEntry.objects.filter(published_at__isnull=True).exists(),
-               timeout=180, interval=0.2, what="every outbox row to be published")
+    wait_until(
+        lambda: not OutboxEntry.objects.filter(published_at__isnull=True).exists(),
+        timeout=180,
+        interval=0.2,
+        what="every outbox row to be published",
+    )
     messages = Counter(broker_job_ids(harness))
     assert set(messages) == job_ids  # none lost, nothing foreign
     assert OutboxEntry.objects.filter(published_at__isnull=False).count() == ROWS
@@ -67,17 +71,31 @@ def test_two_relays_at_once_on_2000_rows__every_row_published_none_lost(
 
     duplicates = sum(messages.values()) - len(messages)
     # Each relay's log says how many it published; together they account for every message.
-    wait_until(lambda: sum(published_by(r) for r in relays) == sum(messages.values()),
-               timeout=30, what="relay logs to account for every message")
+    wait_until(
+        lambda: sum(published_by(r) for r in relays) == sum(messages.values()),
+        timeout=30,
+        what="relay logs to account for every message",
+    )
     assert Job.objects.filter(state="queued").count() == ROWS
     with capsys.disabled():
-        print(f"\n[two relays] {ROWS} rows in {elapsed:.2f}s, messages={sum(messages.values())} "
-              f"duplicates={duplicates} split={[published_by(r) for r in relays]}")
+        print(
+            f"\n[two relays] {ROWS} rows in {elapsed:.2f}s, messages={sum(messages.values())} "
+            f"duplicates={duplicates} split={[published_by(r) for r in relays]}"
+        )
 
 
 def start_beat(harness: Harness, name: str, **env_extra: str) -> Proc:
-    argv = [sys.executable, "-m", "celery", "-A", "jobsite", "beat", "--loglevel=INFO",
-            f"--schedule={harness.workdir / name}-schedule", f"--pidfile={harness.workdir / name}.pid"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "jobsite",
+        "beat",
+        "--loglevel=INFO",
+        f"--schedule={harness.workdir / name}-schedule",
+        f"--pidfile={harness.workdir / name}.pid",
+    ]
     return harness.spawn(name, argv, harness.base_env(**env_extra))
 
 
@@ -97,9 +115,14 @@ def test_two_beats_at_once_on_2000_rows__every_row_published_none_lost(
     elapsed = time.monotonic() - started
 
     assert all(b.alive() for b in beats)
-    wait_until(lambda: all("outbox.relay_tick" in b.log() for b in beats), timeout=30,
-               what="both beats to have sent relay ticks")
+    wait_until(
+        lambda: all("outbox.relay_tick" in b.log() for b in beats),
+        timeout=30,
+        what="both beats to have sent relay ticks",
+    )
     duplicates = sum(messages.values()) - len(messages)
     with capsys.disabled():
-        print(f"\n[two beats] {ROWS} rows in {elapsed:.2f}s, messages={sum(messages.values())} "
-              f"duplicates={duplicates}")
+        print(
+            f"\n[two beats] {ROWS} rows in {elapsed:.2f}s, messages={sum(messages.values())} "
+            f"duplicates={duplicates}"
+        )

@@ -1,4 +1,4 @@
-"""Database guards no code path can skip: legal transitions, monotonic generation, append-only trail."""
+"""Database guards no code path can skip: legal edges, monotonic generation, append-only events."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_trigger__jobevent_update__is_refused(user: Any) -> None:
 def test_trigger__legal_transition__is_allowed(user: Any) -> None:
     job = succeeded_job(user)
 
-    trail = list(JobEvent.objects.filter(job=job).order_by("at", "id").values_list(
-        "from_state", "to_state"
-    ))
+    trail = list(
+        JobEvent.objects.filter(job=job).order_by("at", "id").values_list("from_state", "to_state")
+    )
     assert trail == [("", "queued"), ("queued", "leased"), ("leased", "succeeded")]

@@ -29,7 +29,7 @@ def test_parse__reads_names_and_actions() -> None:
 
 
 def test_parse__unknown_name__raises_with_the_known_names() -> None:
-    with pytest.raises(ValueError, match="unknown failpoint 'worker.typo'"):
+    with pytest.raises(ValueError, match=r"unknown failpoint 'worker\.typo'"):
         parse("worker.typo=exit")
 
 
@@ -54,7 +54,7 @@ def test_failpoint_raise__raises_only_at_its_name() -> None:
     configure("worker.after_claim=raise")
 
     failpoint("worker.after_effect_before_complete")
-    with pytest.raises(FailpointTriggered, match="worker.after_claim"):
+    with pytest.raises(FailpointTriggered, match=r"worker\.after_claim"):
         failpoint("worker.after_claim")
 
 

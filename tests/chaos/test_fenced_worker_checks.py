@@ -1,0 +1,30 @@
+"""A real worker refuses to start when its time limit is not below the redelivery window."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import Harness, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
+
+
+def test_worker_with_time_limit_above_visibility_timeout__refuses_to_start(
+    harness: Harness,
+) -> None:
+    worker = harness.start_worker(
+        "unsafe", wait=False, JOBS_TASK_TIME_LIMIT="4000", JOBS_TASK_SOFT_TIME_LIMIT="3900"
+    )
+
+    wait_until(lambda: not worker.alive(), timeout=60, what="the unsafe worker to exit")
+    assert worker.popen.returncode != 0
+    log = worker.log()
+    assert "refusing to start" in log
+    assert "task_time_limit=4000s is not comfortably below" in log
+    assert "ready." not in log
+
+
+def test_worker_with_safe_time_limit__starts(harness: Harness) -> None:
+    worker = harness.start_worker("safe", JOBS_TASK_TIME_LIMIT="60", JOBS_TASK_SOFT_TIME_LIMIT="50")
+
+    assert worker.alive()
