@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.db import DataError
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -53,6 +54,11 @@ def _translate(exc: Exception) -> Exception:
     if isinstance(exc, Forbidden):
         # Never 403 for another tenant's data: the caller must not learn that it exists.
         return exceptions.NotFound()
+    if isinstance(exc, DataError):
+        # Last line of defence: data the database refuses is the client's bad input, not a 500.
+        return exceptions.ValidationError(
+            {"non_field_errors": ["a value was refused by the database"]}, code="invalid"
+        )
     if isinstance(exc, RequestDataTooBig):
         return PayloadTooLarge(str(exc))
     if isinstance(exc, TooManyFieldsSent):

@@ -57,6 +57,22 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Tenant name; defaults to your only tenant.",
     )
 
+    def validate_input(self, value: dict[str, Any]) -> dict[str, Any]:
+        if _has_nul(value):
+            raise serializers.ValidationError("strings in input cannot contain NUL characters")
+        return value
+
+
+def _has_nul(value: Any) -> bool:
+    """PostgreSQL text and jsonb cannot hold U+0000 anywhere, keys included."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
 
 class JobAcceptedSerializer(serializers.Serializer):
     id = serializers.UUIDField()

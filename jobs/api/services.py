@@ -17,6 +17,13 @@ from jobs.exceptions import InputTooLarge
 from jobs.models import StoredObject, Tenant
 
 
+def _content_type(declared: str | None) -> str:
+    """The client's declared type if it is plain printable text, else the neutral default."""
+    if not declared or not declared.isprintable() or len(declared) > 200:
+        return "application/octet-stream"
+    return declared
+
+
 def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile) -> StoredObject:
     """Keep an upload in Django storage under a fresh name and record who owns it."""
     limit = settings.JOBS_MAX_OBJECT_BYTES
@@ -39,7 +46,7 @@ def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile) -> 
                 storage_name=stored_name,
                 size=upload.size,
                 sha256=digest.hexdigest(),
-                content_type=(upload.content_type or "application/octet-stream")[:200],
+                content_type=_content_type(upload.content_type),
             )
     except BaseException:
         default_storage.delete(stored_name)  # no orphan bytes without a row

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, ValidationError
 from rest_framework.generics import GenericAPIView
@@ -131,6 +131,8 @@ class JobListCreateView(ApiView):
             states = states_for_client_status(ClientStatus(wanted))
             jobs = jobs.filter(state__in=[s.value for s in states])
         kind = request.query_params.get("kind")
+        if kind and ("\x00" in kind or len(kind) > 100):
+            raise ValidationError({"kind": ["not a valid kind name"]})
         if kind:
             jobs = jobs.filter(kind=kind)
         page = self.paginate_queryset(jobs)
@@ -156,6 +158,18 @@ class JobListCreateView(ApiView):
             ),
         ],
         responses={202: JobAcceptedSerializer, **_errors(400, 404, 409, 413, 415)},
+        examples=[
+            OpenApiExample("no-op", value={"kind": "noop", "input": {}}, request_only=True),
+            OpenApiExample(
+                "report",
+                value={
+                    "kind": "report.generate",
+                    "input": {"title": "Q3", "rows": [[1, 2]]},
+                    "business_key": "report-q3",
+                },
+                request_only=True,
+            ),
+        ],
     )
     def post(self, request: Request) -> Response:
         key = _idempotency_key(request)

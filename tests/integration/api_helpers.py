@@ -27,8 +27,11 @@ def member(django_user_model: Any, username: str, tenant_name: str) -> Any:
 def submit(client: Client, body: dict[str, Any], key: str | None = None, **extra: Any) -> Any:
     headers = {"Idempotency-Key": key} if key is not None else {}
     return client.post(
-        "/api/jobs/", data=json.dumps(body), content_type="application/json",
-        headers=headers, **extra,
+        "/api/jobs/",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=headers,
+        **extra,
     )
 
 

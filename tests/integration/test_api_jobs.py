@@ -99,12 +99,26 @@ def test_submit_is_409__business_key_taken_by_someone_else(django_user_model: An
         ({"kind": "noop", "input_version": 0}, "invalid", "input_version"),
     ],
 )
-def test_submit_is_400__invalid_body(alice: Any, body: dict[str, Any], code: str,
-                                     field: str) -> None:
+def test_submit_is_400__invalid_body(
+    alice: Any, body: dict[str, Any], code: str, field: str
+) -> None:
     response = submit(token_client(alice), body)
     assert response.status_code == 400
     assert error_code(response) == code
     assert field in response.json()["error"]["details"]
+    assert Job.objects.count() == 0
+
+
+def test_submit_is_400__nul_characters_postgres_cannot_store(alice: Any) -> None:
+    client = token_client(alice)
+    for body in (
+        {"kind": "noop", "input": {"a": "x\u0000y"}},
+        {"kind": "noop\u0000"},
+        {"kind": "noop", "input": {"k\u0000": 1}},
+    ):
+        response = submit(client, body)
+        assert response.status_code == 400, body
+    assert client.get("/api/jobs/", {"kind": "noop\x00"}).status_code == 400
     assert Job.objects.count() == 0
 
 
@@ -119,7 +133,9 @@ def test_submit_is_400__malformed_json(alice: Any) -> None:
 @pytest.mark.parametrize("key", ["", "x" * 201, "has space", "caf\u00e9"])
 def test_submit_is_400__bad_idempotency_key(alice: Any, key: str) -> None:
     response = token_client(alice).post(
-        "/api/jobs/", data=json.dumps(REPORT), content_type="application/json",
+        "/api/jobs/",
+        data=json.dumps(REPORT),
+        content_type="application/json",
         HTTP_IDEMPOTENCY_KEY=key,
     )
     assert response.status_code == 400
@@ -234,8 +250,12 @@ def test_result_is_409_while_not_finished__then_200(alice: Any) -> None:
     jobs.execute(job_id)
     result = client.get(f"/api/jobs/{job_id}/result/")
     assert result.status_code == 200
-    assert result.json() == {"id": job_id, "status": "succeeded", "result": {"ok": True},
-                             "error": None}
+    assert result.json() == {
+        "id": job_id,
+        "status": "succeeded",
+        "result": {"ok": True},
+        "error": None,
+    }
 
 
 def test_result_shows_error__permanent_failure(alice: Any) -> None:
@@ -270,9 +290,9 @@ def test_list_filters_by_status_and_kind__paginated(alice: Any) -> None:
     jobs.execute(ids[0])
     page = client.get("/api/jobs/", {"status": "queued", "kind": "noop", "page_size": 1}).json()
     assert page["count"] == 2 and len(page["results"]) == 1 and page["next"]
-    assert {r["id"] for r in client.get("/api/jobs/", {"status": "succeeded"}).json()["results"]} == {
-        ids[0]
-    }
+    assert {
+        r["id"] for r in client.get("/api/jobs/", {"status": "succeeded"}).json()["results"]
+    } == {ids[0]}
     bad = client.get("/api/jobs/", {"status": "leased"})
     assert bad.status_code == 400 and "status" in bad.json()["error"]["details"]
     assert client.get("/api/jobs/", {"page": 99}).status_code == 404
@@ -334,8 +354,9 @@ def test_user_rate_limit_is_429_with_retry_after(alice: Any, settings: Any) -> N
     assert 0 < int(limited["Retry-After"]) <= 60
 
 
-def test_tenant_rate_limit_is_shared_by_members(alice: Any, django_user_model: Any,
-                                               settings: Any) -> None:
+def test_tenant_rate_limit_is_shared_by_members(
+    alice: Any, django_user_model: Any, settings: Any
+) -> None:
     settings.JOBS_THROTTLE_USER = "off"
     settings.JOBS_THROTTLE_TENANT = "2/hour"
     colleague = member(django_user_model, "carol", "acme")
@@ -409,8 +430,11 @@ def test_replay_storm_makes_one_job__20_parallel_requests_one_key(alice: Any) ->
             response = submit(client, REPORT, key="storm-key")
             with lock:
                 answers.append(
-                    (response.status_code, response.json().get("id", ""),
-                     response.get("Idempotent-Replayed", ""))
+                    (
+                        response.status_code,
+                        response.json().get("id", ""),
+                        response.get("Idempotent-Replayed", ""),
+                    )
                 )
         finally:
             connection.close()

@@ -56,12 +56,17 @@ def test_upload_job_result_round_trip__worker_reads_object_via_open_input(
     assert SECRET.decode() not in str(Job.objects.get(pk=job_id).input)
 
     harness.start_worker("w-api")
-    wait_until(lambda: _status(client, job_id, wait=5) == "succeeded", timeout=90,
-               what="the upload job to succeed on the real worker")
+    wait_until(
+        lambda: _status(client, job_id, wait=5) == "succeeded",
+        timeout=90,
+        what="the upload job to succeed on the real worker",
+    )
     result = client.get(f"/api/jobs/{job_id}/result/")
     assert result.status_code == 200
     assert result.json()["result"] == {
-        "read": True, "size": len(SECRET), "sha256": hashlib.sha256(SECRET).hexdigest()
+        "read": True,
+        "size": len(SECRET),
+        "sha256": hashlib.sha256(SECRET).hexdigest(),
     }
     # Release follows current authorization: the reviewer reads it, loses access, gets 404.
     reviewer_client = token_client(reviewer)
@@ -82,12 +87,18 @@ def test_revoked_reviewer_loses_job_during_run__worker_quarantines_forbidden(
     object_id = _upload(reviewer_client, SECRET)
     job_id = submit(
         reviewer_client,
-        {"kind": "drill.read_input", "input_ref": object_id,
-         "input": {"wait_for_signal": True, "max_wait": 120}},
+        {
+            "kind": "drill.read_input",
+            "input_ref": object_id,
+            "input": {"wait_for_signal": True, "max_wait": 120},
+        },
     ).json()["id"]
     worker = harness.start_worker("w-revoke")
-    wait_until(lambda: _status(reviewer_client, job_id, wait=5) == "running", timeout=90,
-               what="the job to be running on the worker")
+    wait_until(
+        lambda: _status(reviewer_client, job_id, wait=5) == "running",
+        timeout=90,
+        what="the job to be running on the worker",
+    )
 
     Tenant.objects.get(name="acme").members.remove(reviewer)
     for path in (f"/api/jobs/{job_id}/", f"/api/jobs/{job_id}/result/"):
@@ -97,8 +108,11 @@ def test_revoked_reviewer_loses_job_during_run__worker_quarantines_forbidden(
     assert _status(lead_client, job_id) == "running"
 
     default_storage.save(signal_name(job_id), ContentFile(b"go"))
-    wait_until(lambda: _status(lead_client, job_id, wait=5) == "failed", timeout=90,
-               what="the worker to fail the job on its access re-check")
+    wait_until(
+        lambda: _status(lead_client, job_id, wait=5) == "failed",
+        timeout=90,
+        what="the worker to fail the job on its access re-check",
+    )
     job = Job.objects.get(pk=job_id)
     assert job.state == "quarantined"
     assert job.attempt == 1 and job.generation == 1  # permanent: never retried
