@@ -205,3 +205,31 @@ def test_command_exits_non_zero_with_readable_error__subprocess(harness: Harness
     bad_action = harness.manage("jobs_redrive", "--kind", "k", "--action", "retry", check=False)
     assert bad_action.returncode != 0
     assert "invalid choice: 'retry'" in bad_action.stderr
+
+
+def test_command_replay_refused_readably__next_input_version_exists(user: Any) -> None:
+    job = quarantined_job(user, business_key="doc-9")
+    jobs.submit(
+        kind="drill.malformed",
+        input={"document_id": 9},
+        owner=user,
+        business_key="doc-9",
+        input_version=2,
+    )
+    err = StringIO()
+    with pytest.raises(CommandError, match="1 of 1 record"):
+        call_command(
+            "jobs_redrive",
+            "--id",
+            str(job.pk),
+            "--action",
+            "replay",
+            "--note",
+            "n",
+            stdout=StringIO(),
+            stderr=err,
+        )
+    assert "skipped" in err.getvalue() and "input_version" in err.getvalue()
+    job.refresh_from_db()
+    assert job.state == "quarantined"  # the whole decision rolled back
+    assert QuarantineRecord.objects.get(job=job).status == "open"

@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jobs import quarantine
-from jobs.exceptions import InvalidTransition
+from jobs.exceptions import JobError
 from jobs.models import QuarantineRecord, QuarantineStatus
 
 ACTIONS: dict[str, Callable[..., quarantine.Resolution]] = {
@@ -121,7 +121,7 @@ class Command(BaseCommand):
                 continue
             try:
                 done = ACTIONS[action](record_id=record.pk, actor=actor, note=note)
-            except InvalidTransition as exc:
+            except JobError as exc:  # resolved meanwhile, unknown kind, version clash
                 failures += 1
                 self.stderr.write(f"{line} -> skipped: {exc}")
                 continue
