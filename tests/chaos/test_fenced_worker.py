@@ -182,7 +182,7 @@ def test_lease_expiry_while_first_worker_paused__its_completion_is_rejected_and_
     harness.start_relay()
     # The sleep failpoint holds worker 1 right after the artifact and the notice, before completion.
     first = harness.start_worker(
-        "w1", **worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=sleep:3")
+        "w1", **worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=sleep:8")
     )
     job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
     wait_until(
@@ -219,8 +219,8 @@ def test_lease_expiry_while_first_worker_paused_mid_work__ledger_refuses_its_eff
     harness.start_provider()
     harness.start_relay()
     first = harness.start_worker("w1", **worker_env(harness))
-    # Generation 1 works 3 s before its artifact and notice; we freeze it in that work.
-    job = jobs.submit(kind="test.report", input={**JOB_84, "work_seconds": 3}, owner=user)
+    # Generation 1 works 6 s before its artifact and notice; we freeze it in that work.
+    job = jobs.submit(kind="test.report", input={**JOB_84, "work_seconds": 6}, owner=user)
     wait_until(lambda: len(handler_calls(harness)) == 1, timeout=60, what="worker 1 to start")
     paused = stop_children(first, signal.SIGSTOP)
     try:
@@ -276,7 +276,7 @@ def test_duplicate_delivery_during_live_lease__acked_and_left_to_the_owner(
     harness.start_provider()
     harness.start_worker("w1", **worker_env(harness))
     harness.start_worker("w2", **worker_env(harness))
-    job = jobs.submit(kind="test.report_long", input={**JOB_84, "work_seconds": 4}, owner=user)
+    job = jobs.submit(kind="test.report_long", input={**JOB_84, "work_seconds": 8}, owner=user)
     wait_until(lambda: len(handler_calls(harness)) == 1, timeout=60, what="the owner to start")
 
     # A duplicate publish of the same job (as after a relay crash before its mark).
@@ -369,4 +369,63 @@ def test_sigkill_of_prefork_main_process__job_recovered_and_effect_happens_once(
 
     assert job_now(job).generation == 2
     assert harness.provider_stats()["requests_by_key"] == {notice_key(job): 1}
+    assert_one_artifact_one_notice(harness, job)
+
+
+def test_worker_dies_right_after_claim__reaper_recovers_and_handler_runs_once_to_completion(
+    harness: Harness, user: Any
+) -> None:
+    harness.start_provider()
+    harness.start_relay()
+    first = harness.start_worker(
+        "w1", pool="solo", **worker_env(harness, JOBS_FAILPOINTS="worker.after_claim=exit")
+    )
+    job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
+    wait_until(lambda: not first.alive(), timeout=60, what="worker 1 to die after its claim")
+    assert first.popen.returncode == 137
+    assert (job_now(job).state, job_now(job).generation) == ("leased", 1)
+    assert handler_calls(harness) == []
+
+    harness.start_worker("w2", **worker_env(harness))
+    reap_until_taken_over(job, generation=1)
+    wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
+
+    done = job_now(job)
+    assert (done.generation, done.attempt) == (2, 2)  # the lost attempt counts
+    assert len(handler_calls(harness)) == 1
+    assert harness.provider_stats()["requests_by_key"] == {notice_key(job): 1}
+    assert_one_artifact_one_notice(harness, job)
+
+
+def test_worker_killed_while_provider_call_in_flight__retry_reuses_key_one_logical_send(
+    harness: Harness, user: Any
+) -> None:
+    harness.start_provider()
+    # The provider records the notice, then holds the answer: the worker dies waiting for it,
+    # leaving a `pending` ledger row and an unknown outcome.
+    harness.provider_control(timeout_after_accept=1, stall_seconds=60)
+    harness.start_relay()
+    first = harness.start_worker(
+        "w1", pool="solo", **worker_env(harness, NOTIFY_PROVIDER_TIMEOUT="120")
+    )
+    job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
+    wait_until(
+        lambda: harness.provider_stats()["notices"] == 1,
+        timeout=60,
+        what="the provider to accept the notice",
+    )
+    assert EffectLedgerEntry.objects.get(job=job, name=NOTICE).state == "pending"
+
+    first.signal(signal.SIGKILL)
+    wait_until(lambda: not first.alive(), timeout=30, what="worker 1 to die")
+    harness.start_worker("w2", **worker_env(harness))
+    reap_until_taken_over(job, generation=1)
+    wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
+
+    stats = harness.provider_stats()
+    assert stats["requests_by_key"] == {notice_key(job): 2}  # called again, same key
+    assert stats["notices"] == 1
+    entry = EffectLedgerEntry.objects.get(job=job, name=NOTICE)
+    assert (entry.state, entry.calls, entry.generation) == ("applied", 2, 2)
+    assert entry.outcome is not None and entry.outcome["replayed"] is True
     assert_one_artifact_one_notice(harness, job)
