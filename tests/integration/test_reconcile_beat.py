@@ -56,7 +56,7 @@ def test_beat_runs_reconcile_and_stores_maintenance_results__never_job_results(
         what="jobs to succeed",
     )
     wait_until(
-        lambda: MAINTENANCE <= _stored_task_names(),
+        lambda: _stored_task_names() >= MAINTENANCE,
         timeout=90,
         what="beat to run relay, reap and reconcile with stored results",
     )
