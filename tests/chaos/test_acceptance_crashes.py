@@ -118,3 +118,30 @@ def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_
     assert done.attempt == 1
     assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
     assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
+
+
+def test_relay_dies_after_reserving_before_publishing__another_relay_publishes_after_lapse(
+    harness: Harness, user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    settings.OUTBOX_RESERVATION_SECONDS = 2
+    from jobs import submit
+    from outbox.relay import outbox_reserve_due
+
+    job = submit(kind="noop", input={}, owner=user)
+    # Step 1 of the relay protocol commits the reservation; a relay that dies right here
+    # publishes nothing, so stopping after it is exactly that crash.
+    reserved = outbox_reserve_due(limit=10)
+    assert [row.job_id for row in reserved] == [job.pk]
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+    assert entry.reserved_until is not None and entry.published_at is None
+
+    harness.start_relay()
+    wait_until(
+        lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+        timeout=60,
+        what="another relay to publish once the reservation lapsed",
+    )
+    published = OutboxEntry.objects.get(pk=entry.pk)
+    assert published.published_at is not None and published.published_at >= entry.reserved_until
+    assert broker_job_ids(harness) == [str(job.pk)]
