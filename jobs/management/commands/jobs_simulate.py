@@ -125,7 +125,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        console = Console(file=self.stdout, width=120, highlight=False)  # type: ignore[arg-type]
+        console = Console(file=self.stdout, width=120, highlight=False, soft_wrap=True)  # type: ignore[arg-type]
         scenario = self._scenario(options, console)
         result = simulate(scenario)
         console.print(self._timeline(result))
