@@ -63,7 +63,7 @@ def test_reconcile_repairs_jobs_lost_by_redis_restart__messages_gone(
 
     with harness_for(lossy_redis.url) as h:
         check = h.manage("jobs_reconcile", "--json", "--stale-after", "0", check=False)
-        assert check.returncode == 2, check.stderr
+        assert check.returncode == 3, check.stderr
         report = json.loads(check.stdout)
         assert sorted(report["lost"]) == sorted(str(j.pk) for j in submitted)
         assert report["repaired"] == []
@@ -128,7 +128,7 @@ def test_reconcile_command_exits_nonzero__expired_lease_and_stale_effect(user: A
 
     with pytest.raises(CommandError) as raised:
         call_command("jobs_reconcile", "--stale-after", "60")
-    assert raised.value.returncode == 2
+    assert raised.value.returncode == 3
     assert "expired leases: 1" in str(raised.value)
     assert "stale effects: 1" in str(raised.value)
     report = reconcile_run(stale_after=60)

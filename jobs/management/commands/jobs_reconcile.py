@@ -9,13 +9,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jobs.ops.reconcile import ReconcileReport, default_stale_after, reconcile_run
 
-EXIT_BROKEN = 2
+EXIT_BROKEN = 3  # 1 and 2 are Django's and argparse's usage errors
 
 
 class Command(BaseCommand):
     help = (
         "Compare accepted and finished work, find jobs the broker lost (re-enqueue them with "
-        "--repair), expired leases, stale effects and open quarantine. Exits 2 when an "
+        "--repair), expired leases, stale effects and open quarantine. Exits 3 when an "
         "invariant is broken, so cron and monitors can use it."
     )
 
