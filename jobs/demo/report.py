@@ -74,4 +74,7 @@ Where to look next (start the full service with `make run`):
   ops page     http://127.0.0.1:8000/ops/     backlog, oldest job, expired leases, quarantine
   Flower       http://127.0.0.1:5555          what the broker's events showed (in memory)
   metrics      http://127.0.0.1:8000/metrics  jobs_* counters for Prometheus
-  the model    manage.py jobs_simulate --help  size workers for a burst before production"""
+  the model    manage.py jobs_simulate --help  size workers for a burst before production
+The demo's jobs (owner "demo") are rows in DATABASE_URL's database: admin and /ops/ show them
+when `make run` uses the same database. Flower does not: they went through the demo's private
+broker, and Flower only knows the events it saw."""

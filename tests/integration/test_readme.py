@@ -67,6 +67,14 @@ def test_every_block_has_a_known_kind__readme() -> None:
     assert not [b for b in blocks if b.language in {"bash", "shell", "console", "zsh"}]
 
 
+def test_relative_links_resolve__readme_and_handlers_doc() -> None:
+    for doc in (README, ROOT / "docs" / "handlers.md"):
+        targets = re.findall(r"\]\((?!https?://|#)([^)\s]+)\)", doc.read_text())
+        assert targets, doc
+        missing = [t for t in targets if not (doc.parent / t.split("#")[0]).exists()]
+        assert not missing, f"{doc.name} links to missing files: {missing}"
+
+
 def make_dry_run(target: str) -> str:
     done = subprocess.run(
         ["make", "-n", target],
