@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.db import DataError
-from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -19,6 +19,8 @@ from jobs.exceptions import (
     UnknownKind,
     ValidationFailed,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class Conflict(exceptions.APIException):
@@ -116,7 +118,13 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     exc = _translate(exc)
     response = exception_handler(exc, context)
     if response is None:
-        return None  # a real bug: let Django log it and answer 500
+        # A real bug. Log it with its traceback (never the request body) and keep the shape.
+        view = context.get("view")
+        logger.error("unhandled API error in %s", type(view).__name__, exc_info=exc)
+        return Response(
+            error_body("server_error", "Internal server error."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
     details: Any = None
     if isinstance(exc, exceptions.ValidationError):
         details = response.data
@@ -134,13 +142,3 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}}
-
-
-def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    """handler404 for URLs outside any view (only used with DEBUG off)."""
-    return JsonResponse(error_body("not_found", "Not found."), status=404)
-
-
-def json_server_error(request: HttpRequest) -> JsonResponse:
-    """handler500: still the one error shape, and no details that could leak internals."""
-    return JsonResponse(error_body("server_error", "Internal server error."), status=500)

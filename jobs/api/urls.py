@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import views
@@ -19,4 +19,5 @@ urlpatterns = [
     path("objects/<str:object_id>/", views.ObjectDetailView.as_view(), name="object-detail"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="jobs-api:schema"), name="docs"),
+    re_path(r"^.*$", views.ApiNotFoundView.as_view(), name="not-found"),
 ]

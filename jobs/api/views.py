@@ -15,6 +15,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from jobs.selectors import jobs_visible_to, objects_visible_to
 from jobs.services import job_cancel, job_submit
@@ -334,3 +335,16 @@ class ObjectDetailView(ApiView):
         if found is None:
             raise NotFound("object not found")
         return Response(StoredObjectSerializer(found).data)
+
+
+@extend_schema(exclude=True)
+class ApiNotFoundView(APIView):
+    """Any other path under /api/: the JSON 404 (no HTML page, no slash redirect)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    throttle_classes: list[Any] = []
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # Raised before method dispatch, so every method gets the 404 rather than a 405.
+        raise NotFound(f"no API endpoint at {request.path}; paths end with a slash")

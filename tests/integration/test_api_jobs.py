@@ -20,7 +20,9 @@ from jobs.models import Job, StoredObject, Tenant
 from outbox.models import OutboxEntry
 from tests.integration.api_helpers import error_code, member, submit, token_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
+# Tests that need other connections to see committed rows (threads, the runtime's heartbeat).
+committed = pytest.mark.django_db(transaction=True)
 
 REPORT = {"kind": "report.generate", "input": {"title": "Q3"}}
 
@@ -43,6 +45,7 @@ def mallory(django_user_model: Any) -> Any:
 # --- submission --------------------------------------------------------------------------
 
 
+@committed
 def test_submit_returns_202_with_location__after_commit(alice: Any) -> None:
     response = submit(token_client(alice), REPORT, key="k-1")
     assert response.status_code == 202
@@ -228,6 +231,7 @@ def test_job_status_is_404__unknown_or_malformed_id(alice: Any, job_id: str) -> 
 # --- status, result, cancel, list ----------------------------------------------------------
 
 
+@committed
 def test_job_status_shows_client_names__queued_then_succeeded(alice: Any) -> None:
     client = token_client(alice)
     job_id = submit(client, {"kind": "noop", "input": {}}).json()["id"]
@@ -241,6 +245,7 @@ def test_job_status_shows_client_names__queued_then_succeeded(alice: Any) -> Non
     assert done["result_url"] == f"/api/jobs/{job_id}/result/"
 
 
+@committed
 def test_result_is_409_while_not_finished__then_200(alice: Any) -> None:
     client = token_client(alice)
     job_id = submit(client, {"kind": "noop", "input": {}}).json()["id"]
@@ -258,6 +263,7 @@ def test_result_is_409_while_not_finished__then_200(alice: Any) -> None:
     }
 
 
+@committed
 def test_result_shows_error__permanent_failure(alice: Any) -> None:
     client = token_client(alice)
     job_id = submit(client, {"kind": "drill.malformed", "input": {"document_id": "x"}}).json()["id"]
@@ -269,6 +275,7 @@ def test_result_shows_error__permanent_failure(alice: Any) -> None:
     assert result["result"] is None and result["error"]["category"] == "permanent"
 
 
+@committed
 def test_cancel_stops_a_queued_job__and_409_once_finished(alice: Any) -> None:
     client = token_client(alice)
     queued_id = submit(client, {"kind": "noop", "input": {}}).json()["id"]
@@ -283,6 +290,7 @@ def test_cancel_stops_a_queued_job__and_409_once_finished(alice: Any) -> None:
     assert error_code(refused) == "invalid_transition"
 
 
+@committed
 def test_list_filters_by_status_and_kind__paginated(alice: Any) -> None:
     client = token_client(alice)
     ids = [submit(client, {"kind": "noop", "input": {"n": n}}).json()["id"] for n in range(3)]
@@ -301,6 +309,7 @@ def test_list_filters_by_status_and_kind__paginated(alice: Any) -> None:
 # --- long-poll -------------------------------------------------------------------------------
 
 
+@committed
 def test_wait_returns_as_soon_as_status_changes__cancel_from_another_connection(
     alice: Any, settings: Any
 ) -> None:
@@ -416,6 +425,7 @@ def test_other_tenants_object_is_404__in_a_job_and_directly(alice: Any, mallory:
 # --- concurrency -----------------------------------------------------------------------------
 
 
+@committed
 def test_replay_storm_makes_one_job__20_parallel_requests_one_key(alice: Any) -> None:
     """Each thread has its own client and its own database connection; one job wins."""
     token_client(alice)  # create the token before the storm
@@ -474,3 +484,43 @@ def test_jobs_token_refuses_bad_names() -> None:
         call_command("jobs_token", "dora", "--tenant", "not a slug")
     with pytest.raises(CommandError, match="USER"):
         call_command("jobs_token", "bad user!")
+
+
+# --- schema and docs -----------------------------------------------------------------------
+
+
+def test_schema_and_docs_are_served__without_login() -> None:
+    from django.test import Client
+
+    schema = Client().get("/api/schema/", {"format": "json"})
+    assert schema.status_code == 200
+    document = schema.json()
+    assert document["openapi"].startswith("3.")
+    assert {
+        "/api/jobs/",
+        "/api/jobs/{job_id}/",
+        "/api/jobs/{job_id}/result/",
+        "/api/jobs/{job_id}/cancel/",
+        "/api/objects/",
+    } <= set(document["paths"])
+    docs = Client().get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"swagger" in docs.content.lower()
+
+
+@pytest.mark.parametrize(("method", "path"), [("get", "/api/nope/"), ("post", "/api/jobs")])
+def test_unknown_api_path_is_json_404(alice: Any, method: str, path: str) -> None:
+    response = getattr(token_client(alice), method)(path)
+    assert response.status_code == 404
+    assert error_code(response) == "not_found"
+
+
+def test_unexpected_bug_is_json_500_without_details(alice: Any, monkeypatch: Any) -> None:
+    def broken(user: Any) -> Any:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr("jobs.api.views.jobs_visible_to", broken)
+    response = token_client(alice).get("/api/jobs/")
+    assert response.status_code == 500
+    assert error_code(response) == "server_error"
+    assert b"secret internals" not in response.content
