@@ -184,6 +184,14 @@ REST_FRAMEWORK = {
 # CACHES points at a shared backend).
 JOBS_THROTTLE_USER = os.environ.get("JOBS_THROTTLE_USER", "1200/min")
 JOBS_THROTTLE_TENANT = os.environ.get("JOBS_THROTTLE_TENANT", "6000/min")
+# Several web processes must share their throttle counters: e.g. redis://127.0.0.1:6379/1.
+if os.environ.get("JOBS_CACHE_URL"):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": os.environ["JOBS_CACHE_URL"],
+        }
+    }
 JOBS_MAX_OBJECT_BYTES = int(os.environ.get("JOBS_MAX_OBJECT_BYTES", str(10 * 1024 * 1024)))
 JOBS_API_MAX_WAIT_SECONDS = float(os.environ.get("JOBS_API_MAX_WAIT_SECONDS", "30"))
 JOBS_API_POLL_INTERVAL = float(os.environ.get("JOBS_API_POLL_INTERVAL", "0.25"))
