@@ -112,6 +112,32 @@ def test_quarantine_says_lease_expired_n_times__attempt_budget_spent(user: Any) 
     assert record.status == "open"
 
 
+def test_expiry_count_restarts__after_redrive(user: Any) -> None:
+    job = _create(expired_leased_job(user, kind="drill.crash", attempt=1, generation=4))
+    for generation in (1, 2, 3):
+        JobEvent.objects.create(
+            job=job,
+            from_state="leased",
+            to_state="retry_wait",
+            generation=generation,
+            attempt=generation,
+            reason=f"retry after lease expired {generation} times",
+            details={"category": "lease_expired"},
+        )
+    JobEvent.objects.create(
+        job=job,
+        from_state="quarantined",
+        to_state="queued",
+        generation=3,
+        attempt=3,
+        actor="carol",
+        reason="redriven: fixed",
+    )
+    assert jobs_reap().retried == 1
+    event = JobEvent.objects.filter(job=job, to_state="retry_wait").order_by("-id").first()
+    assert event is not None and event.reason == "retry after lease expired 1 times"
+
+
 def test_quarantine_on_deadline__elapsed_budget_spent(user: Any) -> None:
     job = _create(
         expired_leased_job(user, attempt=1, deadline=timezone.now() - timedelta(seconds=1))
