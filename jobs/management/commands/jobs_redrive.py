@@ -73,7 +73,13 @@ class Command(BaseCommand):
         parser.add_argument("--kind", help="exact job kind")
         parser.add_argument("--reason", help="substring of the quarantine reason")
         parser.add_argument("--older-than", help="quarantined at least this long ago: 30m, 2h")
-        parser.add_argument("--action", choices=sorted(ACTIONS), required=True)
+        parser.add_argument(
+            "--action",
+            choices=sorted(ACTIONS),
+            required=True,
+            help="redrive: same input version, fresh budget; replay: new input version; "
+            "discard: failed for good",
+        )
         parser.add_argument("--note", default="", help="why (kept in the audit trail)")
         parser.add_argument("--actor", default=None, help="who decides (default: OS user)")
         parser.add_argument("--dry-run", action="store_true", help="show, change nothing")
