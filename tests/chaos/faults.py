@@ -78,6 +78,9 @@ class Cluster:
     maintenance: Proc | None = None
     provider: Proc | None = None
     started_workers: int = 0
+    killed: set[int] = field(default_factory=set)
+    buried: set[int] = field(default_factory=set)
+    deaths: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def worker_env(self, name: str) -> dict[str, str]:
@@ -129,8 +132,37 @@ class Cluster:
             self.start_workers()
 
     def start_workers(self) -> None:
-        for _ in range(self.worker_count):
-            self.start_worker()
+        """Boot them side by side (a worker takes seconds to start on a busy machine)."""
+        from tests.harness import wait_until
+
+        procs = [self.start_worker(wait=False) for _ in range(self.worker_count)]
+        for proc in procs:
+            wait_until(
+                lambda p=proc: "ready." in p.log() or not p.alive(),
+                timeout=90,
+                what=f"worker {proc.name} to be ready",
+            )
+            if not proc.alive():
+                raise RuntimeError(f"worker {proc.name} died at start:\n{proc.log()[-3000:]}")
+
+    def supervise(self) -> list[str]:
+        """Restart workers that died without a fault killing them (systemd's Restart=), and
+        say why they died: the first line of the fatal error in their log."""
+        with self.lock:
+            dead = [
+                w
+                for w in self.workers
+                if not w.alive() and w.pid not in self.killed and w.pid not in self.buried
+            ]
+            self.buried.update(w.pid for w in dead)
+        found = []
+        for worker in dead:
+            fatal = [ln for ln in worker.log().splitlines() if "Unrecoverable error" in ln]
+            why = fatal[0].split("CRITICAL", 1)[-1].strip() if fatal else worker.log()[-300:]
+            found.append(f"{worker.name} exited {worker.popen.returncode}: {why}")
+            self.start_worker(wait=False)
+        self.deaths.extend(found)
+        return found
 
     def alive_workers(self) -> list[Proc]:
         with self.lock:
@@ -177,9 +209,11 @@ class FaultInjector:
         return detail
 
     def _pick_worker(self) -> Proc:
-        workers = self.cluster.alive_workers()
-        if not workers:
-            raise RuntimeError("no live worker")
+        from tests.harness import wait_until
+
+        workers: list[Proc] = wait_until(
+            self.cluster.alive_workers, timeout=60, interval=0.2, what="a live worker"
+        )
         return self.rng.choice(workers)
 
     def _busy_child(self) -> tuple[Proc, int]:
@@ -197,9 +231,15 @@ class FaultInjector:
         except Exception:  # the database may be the thing that is down
             close_old_connections()
         busy = {int(o.rsplit(":", 1)[1]) for o in owners if o and o.rsplit(":", 1)[-1].isdigit()}
-        pairs = [(w, c) for w in self.cluster.alive_workers() for c in w.children()]
-        if not pairs:
-            raise RuntimeError("no live pool child")
+        from tests.harness import wait_until
+
+        # A worker the supervisor just restarted has no pool yet: wait for one.
+        pairs: list[tuple[Proc, int]] = wait_until(
+            lambda: [(w, c) for w in self.cluster.alive_workers() for c in w.children()],
+            timeout=60,
+            interval=0.2,
+            what="a live pool child",
+        )
         running = [(w, c) for w, c in pairs if c in busy]
         return self.rng.choice(running or pairs)
 
@@ -210,6 +250,7 @@ class FaultInjector:
 
     def kill_worker_main(self) -> str:
         worker = self._pick_worker()
+        self.cluster.killed.add(worker.pid)
         try:
             _kill_tree(worker)  # a machine loss: main and children die at once
         finally:

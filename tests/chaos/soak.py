@@ -55,6 +55,7 @@ class SoakResult:
     samples: list[Sample] = field(default_factory=list)
     check: dict[str, Any] = field(default_factory=dict)
     reconciler: str = ""
+    worker_deaths: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -147,8 +148,11 @@ class Soak:
         self.result = SoakResult(args={k: str(v) for k, v in vars(args).items()})
         self.accepted: set[str] = set()
         self.started = time.monotonic()
+        self.cluster: Any = None
 
     def sample(self) -> None:
+        if self.cluster is not None:
+            self.cluster.supervise()
         with contextlib.suppress(Exception):
             age, active, finished = _retry_db(oldest_queued_age, timeout=5)
             self.result.samples.append(
@@ -235,6 +239,7 @@ class Soak:
                 concurrency=args.concurrency,
             )
             cluster.start_all()
+            self.cluster = cluster
             self.result.reconciler = "jobs.ops.reconcile (jobs_reconcile --repair)"
             injector = FaultInjector(cluster, random.Random(args.seed * 7919))
             schedule = fault_schedule(
@@ -254,6 +259,7 @@ class Soak:
             self.restore(cluster)
             self.drain()
             self.check(cluster)
+            self.result.worker_deaths = list(cluster.deaths)
         finally:
             if runner is not None:
                 runner.stop()
@@ -261,7 +267,7 @@ class Soak:
                 cluster.stop()
             redis.close()
             pg.close()
-            if not args.keep_logs:
+            if not (args.keep_logs or os.environ.get("JOBS_KEEP_HARNESS_LOGS")):
                 import shutil
 
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -273,6 +279,7 @@ class Soak:
         """After the last fault: every server up, every process back at full strength."""
         from tests.harness import wait_until
 
+        cluster.supervise()
         if not cluster.pg.ready():
             cluster.pg.start()
         if not cluster.redis.ping():
@@ -382,6 +389,8 @@ def print_report(result: SoakResult) -> None:
     console.print(f"verdict: {verdict}  violations: {check.get('violation_count', '?')}")
     for violation in check.get("violations", [])[:20]:
         console.print(f"  - {violation}")
+    for death in result.worker_deaths:
+        console.print(f"  worker died on its own (supervisor restarted it): {death}", markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:

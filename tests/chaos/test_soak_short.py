@@ -1,0 +1,68 @@
+"""CI's chaos soak: a few hundred jobs under every fault type, checked, in under 3 minutes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.faults import FAULTS
+from tests.harness import ROOT
+
+pytestmark = pytest.mark.chaos
+
+WALL_CLOCK_BUDGET = 180.0
+
+
+def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) -> None:
+    report_path = tmp_path / "soak.json"
+    started = time.monotonic()
+    # Its own process: the soak runs Django against a private PostgreSQL it crashes at will.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos.soak",
+            "--jobs",
+            "300",
+            "--seed",
+            "6",
+            "--duration",
+            "55",
+            "--fault-every",
+            "3",
+            "--workers",
+            "3",
+            "--drain-timeout",
+            "60",
+            "--report",
+            str(report_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WALL_CLOCK_BUDGET + 60,
+    )
+    elapsed = time.monotonic() - started
+    output = done.stdout[-6000:] + done.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    check = report["check"]
+
+    assert done.returncode == 0, output
+    assert report["ok"] and check["violation_count"] == 0, check["violations"]
+    assert report["accepted"] == 300
+    assert set(report["faults"]) == set(FAULTS), f"faults not applied: {report['fault_log']}"
+    assert (
+        check["signals"]["duplicate_deliveries_total"]
+        + check["signals"]["stale_writes_rejected_total"]
+        > 0
+    )
+    assert check["takeovers"] > 0, "no expired lease was taken over"
+    by_kind = check["by_kind"]
+    sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
+    assert check["notices"] == sends, "one provider notice per succeeded sending job"
+    assert elapsed < WALL_CLOCK_BUDGET, f"short soak took {elapsed:.0f}s"
