@@ -7,16 +7,25 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .. import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
 from ..artifacts import artifact_name
-from ..models import EffectLedgerEntry, EffectState, Job, JobEvent, QuarantineRecord
+from ..models import (
+    EffectLedgerEntry,
+    EffectState,
+    Job,
+    JobEvent,
+    QuarantineRecord,
+    WorkerHeartbeat,
+)
 from ..reaper import jobs_reap
 from ..signals import (
     DUPLICATE_DELIVERIES,
@@ -119,7 +128,24 @@ class Demo:
                     signal.signal(signal.SIGINT, previous)
         return self.report
 
+    def warn_if_shared(self) -> None:
+        """Another deployment's relay and beat on this database would take the demo's retries."""
+        interval = float(getattr(settings, "JOBS_WORKER_HEARTBEAT_INTERVAL", 15))
+        recent = timezone.now() - timedelta(seconds=2 * interval + 5)
+        others = sorted(
+            WorkerHeartbeat.objects.filter(seen_at__gte=recent)
+            .exclude(name__startswith="demo-")
+            .values_list("name", flat=True)
+        )
+        if others:
+            self.say(
+                f"[yellow]warning: workers {', '.join(others)} use this database too (a `make "
+                "run`?): their relay may hand the demo's retries to workers without the demo "
+                "kinds. Give the demo its own DATABASE_URL.[/yellow]"
+            )
+
     def start_infrastructure(self) -> None:
+        self.warn_if_shared()
         self.progress.update(self.overall, description="starting redis, provider, relay")
         if self.given_broker:
             self.procs.broker_url = self.given_broker
