@@ -109,11 +109,10 @@ class JobListCreateView(ApiView):
     serializer_class = JobStatusSerializer
     pagination_class = JobPagination
 
+    parser_classes = [JSONParser]
+
     def body_limit(self) -> int:
         return int(settings.JOBS_MAX_INPUT_BYTES) + ENVELOPE_BYTES
-
-    def get_parsers(self) -> list[Any]:
-        return [JSONParser()]
 
     @extend_schema(
         summary="List the jobs you may see",
