@@ -85,16 +85,15 @@ def settled_commits(name: str, *, timeout: float = 20.0) -> int:
         return bool(row) and int(row[0]) == 0
 
     wait_until(no_backends, timeout=timeout, interval=0.1, what=f"backends of {name} to exit")
-    last = [xact_commits(name)]
+    seen = [xact_commits(name)]
 
     def stable() -> bool:
-        value = xact_commits(name)
-        same = value == last[0]
-        last[0] = value
-        return same
+        # Unchanged over three reads, 0.5 s apart: exiting backends have flushed.
+        seen.append(xact_commits(name))
+        return len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
 
-    wait_until(stable, timeout=timeout, interval=0.3, what=f"xact_commit of {name} to settle")
-    return last[0]
+    wait_until(stable, timeout=timeout, interval=0.5, what=f"xact_commit of {name} to settle")
+    return seen[-1]
 
 
 class RedisCounters:

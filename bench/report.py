@@ -107,7 +107,8 @@ def _tables(results: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"Commit -> publish (outbox `published_at - created_at`), {lat['jobs_per_mode']} "
-            f"paced submits per mode (10-30 ms apart), interleaved:",
+            f"paced submits per mode (80-160 ms apart, below the workers' capacity), "
+            "rounds of the two modes interleaved:",
             "",
             "| mode | p50 ms | p99 ms |",
             "|---|---:|---:|",
@@ -146,11 +147,29 @@ def _tables(results: dict[str, Any]) -> list[str]:
                 f"{_f(entry['durable']['broker_commands_per_job'], 1)} | "
                 f"{_f(entry['raw_celery']['broker_commands_per_job'], 1)} |"
             )
+        proposal = [(c, e) for c, e in e2e["by_concurrency"].items() if "durable_reuse" in e]
+        if proposal:
+            lines += [
+                "",
+                "Proposal measured in the same rounds (not the shipped configuration): the "
+                "durable worker keeping its database connection between tasks "
+                "(`bench/reuse_app.py`: `CELERY_DB_REUSE_MAX` set, Django's "
+                "`close_old_connections()` per task instead of Celery's unconditional close).",
+                "",
+                "| workers | durable+reuse jobs/s | / raw Celery | DB commits/job |",
+                "|---:|---:|---:|---:|",
+            ]
+            for c, entry in proposal:
+                lines.append(
+                    f"| {c} | {_f(entry['durable_reuse']['jobs_per_s'])} | "
+                    f"{entry['ratio_reuse_vs_raw']:.2f}x | "
+                    f"{_f(entry['durable_reuse']['db_commits_per_job'], 2)} |"
+                )
         lines += ["", "Per-round throughput (jobs/s):", ""]
         for c, entry in e2e["by_concurrency"].items():
             parts = [
                 f"{name} {entry[name]['rounds']}"
-                for name in ("durable", "raw_celery", "procrastinate")
+                for name in ("durable", "raw_celery", "procrastinate", "durable_reuse")
                 if name in entry
             ]
             lines.append(f"- c={c}: " + "; ".join(parts))
@@ -168,8 +187,14 @@ def _tables(results: dict[str, Any]) -> list[str]:
             f"| relay loop alone, {lat['relay_interval_s']} s (as beat at 1 s) | "
             f"{_f(lat['relay_only']['accept_to_start_p50_ms'], 2)} | "
             f"{_f(lat['relay_only']['accept_to_start_p99_ms'], 2)} |",
-            "",
         ]
+        if "fast_reuse" in lat:
+            lines.append(
+                f"| fast path, proposal: worker keeps its DB connection | "
+                f"{_f(lat['fast_reuse']['accept_to_start_p50_ms'], 2)} | "
+                f"{_f(lat['fast_reuse']['accept_to_start_p99_ms'], 2)} |"
+            )
+        lines.append("")
     scale = results.get("scale")
     if scale:
         lines += [

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="driver threads submitting in the e2e and scale rounds",
     )
     parser.add_argument("--no-procrastinate", action="store_true")
+    parser.add_argument(
+        "--no-proposals", action="store_true", help="skip the proposed-change variants"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     docs = parser.add_mutually_exclusive_group()
     docs.add_argument("--write-docs", action="store_true", help="always rewrite the doc")
@@ -63,8 +67,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # unwind: every worker and the private Redis get stopped
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     from bench.infra import Fleet, RedisCounters, db_name, db_url, ensure_database, private_redis
 
     main_db = db_name("main")
@@ -102,7 +111,13 @@ def main(argv: list[str]) -> int:
                 t0 = time.monotonic()
                 if name == "e2e":
                     results[name] = scenarios.scenario_e2e(
-                        bench, with_procrastinate=not args.no_procrastinate
+                        bench,
+                        with_procrastinate=not args.no_procrastinate,
+                        with_reuse=not args.no_proposals,
+                    )
+                elif name == "latency":
+                    results[name] = scenarios.scenario_latency(
+                        bench, with_reuse=not args.no_proposals
                     )
                 else:
                     results[name] = getattr(scenarios, f"scenario_{name}")(bench)

@@ -31,7 +31,8 @@ from bench.infra import (
     wait_until,
 )
 
-E2E_TIMEOUT = 600.0
+E2E_TIMEOUT = 180.0
+REUSE_BROKER_DB = 3  # the proposal's workers listen on their own Redis DB number
 
 
 def submit_many(n: int, submit: Callable[[], Any], threads: int) -> None:
@@ -98,9 +99,8 @@ def use_target(db: str, broker: str) -> None:
     conn.close()
     conn.settings_dict["NAME"] = db
     if app.conf.broker_url != broker:
+        # kombu keeps one global pool per broker URL: drop our handles, never close them.
         app.conf.broker_url = broker
-        if app._pool is not None:
-            app._pool.force_close_all()
         app._pool = None
         app.amqp._producer_pool = None
 
@@ -130,13 +130,13 @@ def raw_submit() -> None:
     noop.delay(job_id=str(uuid.uuid4()), generation=0)
 
 
-def durable_worker(b: Bench, name: str, concurrency: int, db: str, broker_db: int = 0) -> Proc:
+def durable_worker(
+    b: Bench, name: str, concurrency: int, db: str, broker_db: int = 0, app: str = "jobsite"
+) -> Proc:
     env = b.fleet.env(
         DATABASE_URL=db_url(db), CELERY_BROKER_URL=b.broker(broker_db), JOBS_WORKER_NAME=name
     )
-    return b.fleet.celery_worker(
-        name, app="jobsite", queue="jobs", concurrency=concurrency, env=env
-    )
+    return b.fleet.celery_worker(name, app=app, queue="jobs", concurrency=concurrency, env=env)
 
 
 def raw_worker(b: Bench, concurrency: int) -> Proc:
@@ -374,37 +374,57 @@ def scenario_relay(b: Bench) -> dict[str, Any]:
 # --- 5. latency (and 2. commit-to-publish) ------------------------------------------------
 
 
-def scenario_latency(b: Bench) -> dict[str, Any]:
-    """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits."""
+def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
+    """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits.
+
+    with_reuse adds a third mode: the fast path with bench/reuse_app.py's worker (its own
+    database and Redis DB number).
+    """
     from django.conf import settings
 
     main = db_name("main")
-    use_target(main, b.broker())
-    owner = bench_owner()
+    rdb = db_name("reuse")
     interval = 1.0
-    worker = durable_worker(b, "lat", 2, main)
-    relay = b.fleet.spawn(
-        "relay",
-        [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"],
-        b.fleet.env(DATABASE_URL=db_url(main), CELERY_BROKER_URL=b.broker()),
-    )
-    per_round = max(60, b.jobs // 5)
+    targets = {"fast": (main, 0), "relay_only": (main, 0)}
+    if with_reuse:
+        ensure_database(rdb)
+        targets["fast_reuse"] = (rdb, REUSE_BROKER_DB)
+    owners = {}
+    for mode, (db, broker_db) in targets.items():
+        use_target(db, b.broker(broker_db))
+        owners[mode] = bench_owner()
+    procs = [
+        durable_worker(b, "lat", 2, main),
+        b.fleet.spawn(
+            "relay",
+            [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"],
+            b.fleet.env(DATABASE_URL=db_url(main), CELERY_BROKER_URL=b.broker()),
+        ),
+    ]
+    if with_reuse:
+        procs.append(durable_worker(b, "latreuse", 2, rdb, REUSE_BROKER_DB, app="bench.reuse_app"))
+    per_round = 30 if b.quick else 50
     rng = random.Random(6)
     samples: dict[str, dict[str, list[float]]] = {
-        mode: {"start": [], "publish": []} for mode in ("fast", "relay_only")
+        mode: {"start": [], "publish": []} for mode in targets
     }
-    conn = pg_connect(main)
+    conns = {db: pg_connect(db) for db, _ in targets.values()}
     try:
         for r in range(b.rounds):
-            modes = ["fast", "relay_only"] if r % 2 == 0 else ["relay_only", "fast"]
+            modes = list(targets)
+            modes = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in modes:
-                settings.OUTBOX_FAST_PATH = mode == "fast"
+                db, broker_db = targets[mode]
+                conn = conns[db]
+                use_target(db, b.broker(broker_db))
+                settings.OUTBOX_FAST_PATH = mode != "relay_only"
                 ids = []
                 for _ in range(per_round):
-                    ids.append(durable_submit(owner))
-                    time.sleep(rng.uniform(0.01, 0.03))  # paced load, not saturation
+                    ids.append(durable_submit(owners[mode]))
+                    # Paced well below the workers' capacity: latency, not queueing.
+                    time.sleep(rng.uniform(0.08, 0.16))
 
-                def started_all(ids: list[str] = ids) -> bool:
+                def started_all(ids: list[str] = ids, conn: Any = conn) -> bool:
                     row = conn.execute(
                         "SELECT count(*) FROM jobs_job WHERE id = ANY(%s::uuid[]) "
                         "AND state = 'succeeded'",
@@ -429,9 +449,11 @@ def scenario_latency(b: Bench) -> dict[str, Any]:
                 samples[mode]["publish"] += [float(x[0]) for x in publish_rows]
     finally:
         settings.OUTBOX_FAST_PATH = True
-        conn.close()
-        b.fleet.stop(relay)
-        b.fleet.stop(worker)
+        for c in conns.values():
+            c.close()
+        for p in procs:
+            b.fleet.stop(p)
+        use_target(main, b.broker())
     out: dict[str, Any] = {
         "jobs_per_mode": per_round * b.rounds,
         "relay_interval_s": interval,
@@ -450,14 +472,34 @@ def scenario_latency(b: Bench) -> dict[str, Any]:
 # --- 3 + 4. end to end vs raw Celery vs Procrastinate -------------------------------------
 
 
-def scenario_e2e(b: Bench, *, with_procrastinate: bool = True) -> dict[str, Any]:
-    """Per concurrency: durable, raw Celery and Procrastinate no-ops, rounds interleaved."""
+def scenario_e2e(
+    b: Bench, *, with_procrastinate: bool = True, with_reuse: bool = False
+) -> dict[str, Any]:
+    """Per concurrency: durable, raw Celery and Procrastinate no-ops, rounds interleaved.
+
+    with_reuse adds the proposal of bench/reuse_app.py (worker keeps its DB connection) on
+    its own database and Redis DB number, so its counters stay apart.
+    """
     main = db_name("main")
     pdb = db_name("procrastinate")
+    rdb = db_name("reuse")
     if with_procrastinate:
         ensure_procrastinate_schema(pdb)
+    if with_reuse:
+        ensure_database(rdb)
+        use_target(rdb, b.broker(REUSE_BROKER_DB))
+        reuse_owner = bench_owner()
     use_target(main, b.broker())
     owner = bench_owner()
+
+    def durable_round(n: int) -> Round:
+        use_target(main, b.broker())
+        return broker_round(b, "durable", n, lambda: durable_submit(owner))
+
+    def reuse_round(n: int) -> Round:
+        use_target(rdb, b.broker(REUSE_BROKER_DB))
+        return broker_round(b, "durable_reuse", n, lambda: durable_submit(reuse_owner))
+
     out: dict[str, Any] = {
         "jobs_per_round": b.jobs,
         "rounds": b.rounds,
@@ -470,15 +512,22 @@ def scenario_e2e(b: Bench, *, with_procrastinate: bool = True) -> dict[str, Any]
         close_driver_db()
         base_main = settled_commits(main)
         base_proc = settled_commits(pdb) if proc else 0
+        base_reuse = settled_commits(rdb) if with_reuse else 0
         workers = [durable_worker(b, f"durable{c}", c, main), raw_worker(b, c)]
+        if with_reuse:
+            workers.append(
+                durable_worker(b, f"reuse{c}", c, rdb, REUSE_BROKER_DB, app="bench.reuse_app")
+            )
         if proc:
             workers.append(procrastinate_worker(b, pdb, c))
             proc.open()
         warm = 4 * c
         contenders: dict[str, Callable[[int], Round]] = {
-            "durable": lambda n: broker_round(b, "durable", n, lambda: durable_submit(owner)),
+            "durable": durable_round,
             "raw_celery": lambda n: broker_round(b, "raw_celery", n, raw_submit),
         }
+        if with_reuse:
+            contenders["durable_reuse"] = reuse_round
         if proc:
             contenders["procrastinate"] = lambda n, p=proc: p.round(n, b.submitters)
         done_jobs = {k: 0 for k in contenders}
@@ -513,6 +562,17 @@ def scenario_e2e(b: Bench, *, with_procrastinate: bool = True) -> dict[str, Any]
                     [x.broker_commands / x.jobs for x in rs]
                 )
         entry["durable"]["db_commits_per_job"] = commits_main / done_jobs["durable"]
+        if with_reuse:
+            commits_reuse = settled_commits(rdb) - base_reuse
+            entry["durable_reuse"]["db_commits_per_job"] = (
+                commits_reuse / done_jobs["durable_reuse"]
+            )
+            entry["ratio_reuse_vs_raw"] = median(
+                [
+                    a.throughput / z.throughput
+                    for a, z in zip(rounds["durable_reuse"], rounds["raw_celery"], strict=True)
+                ]
+            )
         entry["ratio_vs_raw"] = median(
             [
                 a.throughput / z.throughput
@@ -530,6 +590,8 @@ def scenario_e2e(b: Bench, *, with_procrastinate: bool = True) -> dict[str, Any]
                 ]
             )
         _check_all_succeeded(main)
+        if with_reuse:
+            _check_all_succeeded(rdb)
         out["by_concurrency"][str(c)] = entry
     use_target(main, b.broker())
     return out
