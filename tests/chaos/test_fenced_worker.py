@@ -140,6 +140,30 @@ def test_job_84_worker_dies_after_artifact_and_notice__second_worker_finishes_wi
     assert len(handler_calls(harness)) == 2  # the handler re-ran; its effects did not
 
 
+def test_job_84_builtin_report_generate__worker_dies_before_completion_second_finishes_once(
+    harness: Harness, user: Any
+) -> None:
+    """The shipped kind itself, with its real 30 s lease: the slow version of the drill above."""
+    harness.start_provider()
+    harness.start_relay()
+    first = harness.start_worker(
+        "w1", pool="solo", JOBS_FAILPOINTS="worker.after_effect_before_complete=exit"
+    )
+    job = jobs.submit(kind="report.generate", input={**JOB_84, "reviewer": 47}, owner=user)
+    wait_until(lambda: not first.alive(), timeout=60, what="worker 1 to die at its failpoint")
+    assert first.popen.returncode == 137
+    assert harness.provider_stats()["notices"] == 1
+
+    harness.start_worker("w2")
+    reap_until_taken_over(job, generation=1, timeout=120)
+    wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
+
+    assert job_now(job).generation == 2
+    assert_one_artifact_one_notice(harness, job)
+    assert harness.provider_stats()["requests_by_key"] == {notice_key(job): 1}
+    assert EffectLedgerEntry.objects.get(job=job, name=NOTICE).calls == 1
+
+
 def test_crash_after_completion_commit_before_ack__redelivery_is_acked_without_rerunning(
     harness: Harness, user: Any
 ) -> None:
