@@ -33,7 +33,12 @@ _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 
 def job_enqueue_execute(
-    *, job_id: UUID, queue: str, generation_hint: int, available_at: datetime | None = None
+    *,
+    job_id: UUID,
+    queue: str,
+    generation_hint: int,
+    available_at: datetime | None = None,
+    fast_path: bool | None = None,
 ) -> None:
     """The one way work reaches a worker: an outbox row in the caller's transaction."""
     outbox_enqueue(
@@ -42,6 +47,7 @@ def job_enqueue_execute(
         job_id=job_id,
         kwargs={"job_id": str(job_id), "generation": generation_hint},
         available_at=available_at,
+        fast_path=fast_path,
     )
 
 

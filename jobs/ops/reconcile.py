@@ -5,23 +5,26 @@ message (Redis restarted without persistence, a flush, a deleted queue). The out
 "published" while no worker will ever see the job. Lost work is a job that is:
   - `queued`/`retry_wait` and due for more than `stale_after` seconds (nothing claimed it:
     a claim moves it to `leased`),
-  - whose outbox rows are all published, the last one more than `stale_after` seconds ago
-    (an unpublished row is the relay's business, not ours),
-  - and that is the head of its serialization key (later jobs of a key wait their turn
-    without a message on purpose).
-Repair (`reconcile_repair_lost`), one short transaction per job:
-  1. Lock the job row (SKIP LOCKED) and re-check it is still lost; a worker claiming it
-     meanwhile wins and we skip it.
-  2. Insert an outbox row (jobs.services.job_enqueue_execute) and a JobEvent naming the
-     reconciler; commit. A crash before the commit changes nothing; after it, the relay (or
-     the fast path) publishes. A duplicate message is absorbed by the worker's claim.
+  - that had a message: it has outbox rows, all published, the last one more than
+    `stale_after` seconds ago (an unpublished row is the relay's business; a job with no row
+    at all waits for its turn under admission control, see jobs.dispatch),
+  - and that a claim would take now: the head of its serialization key, and its tenant's and
+    kind's caps leave room (the claim's own rules; a job deferred by a cap waits for the
+    hand-over, not for us).
+Repair (`reconcile_repair_lost`), one transaction per batch:
+  1. Lock the candidate rows (SKIP LOCKED) and re-check every condition under the lock; a
+     worker claiming one meanwhile wins and we skip it.
+  2. Insert an outbox row per job (jobs.services.job_enqueue_execute, no fast path) and a
+     JobEvent naming the reconciler; commit. A crash before the commit changes nothing.
+  3. Publish the new rows in relay batches (outbox_relay_until_empty). A crash before that
+     leaves committed rows the relay publishes. A duplicate message is absorbed by the claim.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -34,8 +37,9 @@ from jobs import registry
 from jobs.models import Job
 from jobs.services import job_enqueue_execute, job_event_record
 from jobs.signals import INCOMPATIBLE_DEPLOYMENT, signal_values
-from jobs.states import ACTIVE, CLAIMABLE
+from jobs.states import ACTIVE, CLAIMABLE, JobState
 from outbox.models import OutboxEntry
+from outbox.relay import outbox_relay_until_empty
 
 from . import selectors
 
@@ -48,56 +52,101 @@ def default_stale_after() -> float:
     return float(settings.JOBS_RECONCILE_STALE_AFTER)
 
 
-def lost_jobs(*, stale_after: float) -> QuerySet[Job]:
-    """Queryset of lost work (module docstring), oldest due first."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after)
-    undelivered = OutboxEntry.objects.filter(job_id=OuterRef("pk")).filter(
-        Q(published_at__isnull=True) | Q(published_at__gte=cutoff)
-    )
-    earlier_in_key = Job.objects.filter(
+def _undelivered(cutoff: datetime) -> QuerySet[OutboxEntry]:
+    """Outbox rows that still owe (or only just made) a delivery."""
+    return OutboxEntry.objects.filter(Q(published_at__isnull=True) | Q(published_at__gte=cutoff))
+
+
+def _earlier_in_key() -> QuerySet[Job]:
+    return Job.objects.filter(
         serialization_key=OuterRef("serialization_key"),
         state__in=[s.value for s in ACTIVE],
         created_at__lt=OuterRef("created_at"),
     )
+
+
+def lost_jobs(*, stale_after: float) -> QuerySet[Job]:
+    """Due jobs whose every message was published long ago (module docstring), oldest first.
+
+    Caps are checked per job by `_blocked_by_caps` (they need the kind's registry spec).
+    """
+    cutoff = timezone.now() - timedelta(seconds=stale_after)
     return (
         Job.objects.filter(state__in=[s.value for s in CLAIMABLE], next_attempt_at__lt=cutoff)
-        .exclude(Exists(undelivered))
-        .exclude(Q(serialization_key__isnull=False) & Exists(earlier_in_key))
+        .filter(Exists(OutboxEntry.objects.filter(job_id=OuterRef("pk"))))
+        .exclude(Exists(_undelivered(cutoff).filter(job_id=OuterRef("pk"))))
+        .exclude(Q(serialization_key__isnull=False) & Exists(_earlier_in_key()))
         .order_by("next_attempt_at")
     )
 
 
-def _repair_one(job_id: UUID, *, stale_after: float) -> bool:
-    """Steps 1-2 of the module docstring for one job; False when it is no longer lost."""
+def _blocked_by_caps(job: Job) -> bool:
+    """The claim's cap rules (jobs.leases): a full tenant or kind makes the job wait its turn."""
+    spec = registry.kind_version(job.kind, job.kind_version)
+    if spec is None:
+        return False
+    leased = Job.objects.filter(kind=job.kind, state=JobState.LEASED.value).exclude(pk=job.pk)
+    if (
+        spec.tenant_limit is not None
+        and job.tenant_id is not None
+        and leased.filter(tenant_id=job.tenant_id).count() >= spec.tenant_limit
+    ):
+        return True
+    return spec.kind_limit is not None and leased.count() >= spec.kind_limit
+
+
+def lost_job_ids(*, stale_after: float, limit: int = 1000) -> list[UUID]:
+    """Lost work, caps included, at most `limit` ids."""
+    found: list[UUID] = []
+    for job in lost_jobs(stale_after=stale_after).iterator(chunk_size=500):
+        if not _blocked_by_caps(job):
+            found.append(job.pk)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def _repair_batch(job_ids: list[UUID], *, stale_after: float) -> list[str]:
+    """Steps 1-2 of the module docstring for one batch; returns the ids re-enqueued."""
+    repaired: list[str] = []
     with transaction.atomic():
-        job = (
-            Job.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=lost_jobs(stale_after=stale_after).filter(pk=job_id).values("pk"))
-            .order_by()
-            .first()
+        locked = list(
+            lost_jobs(stale_after=stale_after)
+            .filter(pk__in=job_ids)
+            .select_for_update(skip_locked=True, of=("self",))
         )
-        if job is None:
-            return False
-        spec = registry.kind_version(job.kind, job.kind_version)
-        job_enqueue_execute(
-            job_id=job.pk, queue=spec.queue if spec else "jobs", generation_hint=job.generation
-        )
-        job_event_record(
-            job,
-            from_state=job.state,
-            to_state=job.state,
-            reason="reconciler: message lost by the broker; re-enqueued",
-            actor=RECONCILER,
-        )
-    return True
+        for job in locked:
+            if _blocked_by_caps(job):
+                continue
+            spec = registry.kind_version(job.kind, job.kind_version)
+            job_enqueue_execute(
+                job_id=job.pk,
+                queue=spec.queue if spec else "jobs",
+                generation_hint=job.generation,
+                fast_path=False,
+            )
+            job_event_record(
+                job,
+                from_state=job.state,
+                to_state=job.state,
+                reason="reconciler: message lost by the broker; re-enqueued",
+                actor=RECONCILER,
+            )
+            repaired.append(str(job.pk))
+    return repaired
 
 
-def reconcile_repair_lost(*, stale_after: float | None = None, limit: int = 1000) -> list[str]:
-    """Re-enqueue every lost job through the outbox; returns the ids repaired."""
+def reconcile_repair_lost(
+    *, stale_after: float | None = None, job_ids: list[UUID] | None = None, batch: int = 200
+) -> list[str]:
+    """Re-enqueue lost work through the outbox and publish it; returns the ids repaired."""
     threshold = default_stale_after() if stale_after is None else stale_after
-    candidates = list(lost_jobs(stale_after=threshold).values_list("pk", flat=True)[:limit])
-    repaired = [str(pk) for pk in candidates if _repair_one(pk, stale_after=threshold)]
+    candidates = lost_job_ids(stale_after=threshold) if job_ids is None else job_ids
+    repaired: list[str] = []
+    for start in range(0, len(candidates), batch):
+        repaired += _repair_batch(candidates[start : start + batch], stale_after=threshold)
     if repaired:
+        outbox_relay_until_empty(time_budget=30.0)
         logger.warning(
             "reconciler re-enqueued %d jobs lost by the broker",
             len(repaired),
@@ -157,8 +206,11 @@ def _broken(report: ReconcileReport) -> list[str]:
 def reconcile_run(*, repair: bool = False, stale_after: float | None = None) -> ReconcileReport:
     """Check every invariant an operator can check from the tables; optionally repair lost work."""
     threshold = default_stale_after() if stale_after is None else stale_after
-    lost = [str(pk) for pk in lost_jobs(stale_after=threshold).values_list("pk", flat=True)[:1000]]
-    repaired = reconcile_repair_lost(stale_after=threshold) if repair and lost else []
+    lost_ids = lost_job_ids(stale_after=threshold)
+    lost = [str(pk) for pk in lost_ids]
+    repaired = (
+        reconcile_repair_lost(stale_after=threshold, job_ids=lost_ids) if repair and lost else []
+    )
     lag = selectors.outbox_lag()
     report = ReconcileReport(
         checked_at=timezone.now().isoformat(),

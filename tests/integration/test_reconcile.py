@@ -148,3 +148,32 @@ def test_reconcile_command_prints_counts_per_kind__healthy_system(
 def test_reconcile_command_rejects_negative_threshold__readable_error() -> None:
     with pytest.raises(CommandError, match="zero or more"):
         call_command("jobs_reconcile", "--stale-after", "-1")
+
+
+def test_lost_jobs_leave_capped_work_to_the_handover__kind_limit_full(
+    user: Any, settings: Any
+) -> None:
+    import tests.kinds_ordering  # noqa: F401  (quota.work: kind_limit=2)
+    from jobs.leases import job_claim
+    from jobs.ops.reconcile import lost_job_ids
+    from jobs.services import job_complete
+
+    settings.OUTBOX_FAST_PATH = False
+    quota = [jobs.submit(kind="quota.work", input={"n": n}, owner=user) for n in range(4)]
+    held = quota[3]
+    assert not OutboxEntry.objects.filter(job_id=held.pk).exists()  # waits in the table
+    leases = [job_claim(job, worker="w:1", lease_seconds=600) for job in quota[:2]]
+    assert all(leases)
+    # quota[2] had a message, a worker deferred it (kind full), and it waits for a hand-over.
+    past = timezone.now() - timedelta(hours=1)
+    OutboxEntry.objects.update(created_at=past - timedelta(minutes=1), published_at=past)
+    Job.objects.filter(state="queued").update(next_attempt_at=past)
+
+    assert lost_job_ids(stale_after=60) == []
+    job_complete(leases[0], result={"n": 0}, local_effects=[])  # a slot frees up
+    handed = OutboxEntry.objects.filter(published_at__isnull=True)
+    assert list(handed.values_list("job_id", flat=True)) == [quota[2].pk]  # the hand-over
+    assert lost_job_ids(stale_after=60) == []  # its new row is the relay's business
+    # The broker loses that message too: now it is lost work; `held` still waits its turn.
+    handed.update(created_at=past - timedelta(minutes=1), published_at=past)
+    assert lost_job_ids(stale_after=60) == [quota[2].pk]
