@@ -119,10 +119,18 @@ class Job(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="jobs_job_unique_idempotency_key",
             ),
+            # One logical job per (kind, business_key, input_version) within its scope: the
+            # tenant, or the owner for personal jobs. Scoped, so keys never collide (or leak)
+            # across tenants.
             models.UniqueConstraint(
-                fields=["kind", "business_key", "input_version"],
-                condition=Q(business_key__isnull=False),
-                name="jobs_job_unique_logical_job",
+                fields=["tenant", "kind", "business_key", "input_version"],
+                condition=Q(business_key__isnull=False, tenant__isnull=False),
+                name="jobs_job_unique_logical_job_tenant",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "kind", "business_key", "input_version"],
+                condition=Q(business_key__isnull=False, tenant__isnull=True),
+                name="jobs_job_unique_logical_job_owner",
             ),
             # The database, not a lock in Python, keeps one leased job per serialization key.
             models.UniqueConstraint(

@@ -54,6 +54,14 @@ class Decision:
     category: Category
     reason: str
     delay: float = 0.0
+    label: str = ""
+
+    @property
+    def error_category(self) -> str:
+        """What the job shows clients: `forbidden` and `validation` are worth naming."""
+        if self.category is Category.PERMANENT and self.label in {"forbidden", "validation"}:
+            return self.label
+        return self.category.value
 
     def as_details(self) -> dict[str, object]:
         return {
@@ -124,7 +132,7 @@ def decide(
 ) -> Decision:
     """Retry or quarantine, with the reason. `attempt` is the attempt that just failed."""
     if category is Category.PERMANENT:
-        return Decision(Action.QUARANTINE, category, f"permanent failure: {label}")
+        return Decision(Action.QUARANTINE, category, f"permanent failure: {label}", label=label)
     if category is Category.UNKNOWN and not policy.retry_unknown:
         return Decision(Action.QUARANTINE, category, f"unclassified failure: {label}")
     if attempt >= policy.max_attempts:

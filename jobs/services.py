@@ -80,9 +80,17 @@ def job_event_record(
     )
 
 
+def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
+    """Where a business key is unique: the tenant, or the owner for personal jobs."""
+    if tenant_id is not None:
+        return Q(tenant_id=tenant_id)
+    return Q(tenant__isnull=True, owner_id=owner_id)
+
+
 def _existing_for_replay(
     *,
     owner: User,
+    tenant: Tenant | None,
     idempotency_key: str | None,
     kind: str,
     business_key: str | None,
@@ -93,9 +101,12 @@ def _existing_for_replay(
         if found is not None:
             return found
     if business_key:
-        return Job.objects.filter(
-            kind=kind, business_key=business_key, input_version=input_version
-        ).first()
+        scope = logical_scope(owner_id=owner.pk, tenant_id=tenant.pk if tenant else None)
+        return (
+            Job.objects.filter(scope)
+            .filter(kind=kind, business_key=business_key, input_version=input_version)
+            .first()
+        )
     return None
 
 
@@ -120,7 +131,9 @@ def _supersede_older_versions(job: Job) -> None:
         return
     now = timezone.now()
     older = list(
-        Job.objects.select_for_update(skip_locked=True).filter(
+        Job.objects.select_for_update(skip_locked=True)
+        .filter(logical_scope(owner_id=job.owner_id, tenant_id=job.tenant_id))
+        .filter(
             kind=job.kind,
             business_key=job.business_key,
             input_version__lt=job.input_version,
@@ -183,6 +196,7 @@ def job_submit(
     )
     existing = _existing_for_replay(
         owner=owner,
+        tenant=tenant,
         idempotency_key=idempotency_key,
         kind=kind,
         business_key=business_key,
@@ -219,6 +233,7 @@ def job_submit(
         # A concurrent submit of the same key or logical job won the unique index.
         existing = _existing_for_replay(
             owner=owner,
+            tenant=tenant,
             idempotency_key=idempotency_key,
             kind=kind,
             business_key=business_key,
@@ -350,7 +365,7 @@ def job_quarantine(
             job_update_if_leased(
                 lease,
                 state=JobState.QUARANTINED.value,
-                error_category=decision.category.value,
+                error_category=decision.error_category,
                 error_message=error_message[:2000],
                 updated_at=now,
             )

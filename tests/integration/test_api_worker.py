@@ -121,7 +121,7 @@ def test_revoked_reviewer_loses_job_during_run__worker_quarantines_forbidden(
     assert record.reason == "permanent failure: forbidden"
     assert not JobEvent.objects.filter(job_id=job_id, to_state="retry_wait").exists()
     status = lead_client.get(f"/api/jobs/{job_id}/").json()
-    assert status["error"]["category"] == "permanent"
+    assert status["error"]["category"] == "forbidden"  # a revoked grant, named as such
     result = lead_client.get(f"/api/jobs/{job_id}/result/").json()
     assert result["result"] is None  # nothing private was read or released
     assert SECRET.decode() not in worker.log()
