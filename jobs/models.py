@@ -168,6 +168,8 @@ class Job(models.Model):
             models.Index(fields=["tenant", "-created_at"], name="jobs_job_tenant_created_idx"),
             models.Index(fields=["owner", "-created_at"], name="jobs_job_owner_created_idx"),
             models.Index(fields=["finished_at"], name="jobs_job_finished_idx"),
+            # Accepted per minute on /ops/ and reconciliation windows read by creation time.
+            models.Index(fields=["created_at"], name="jobs_job_created_idx"),
         ]
 
     def __str__(self) -> str:
