@@ -15,7 +15,8 @@ from celery.signals import task_postrun, task_prerun
 
 from jobsite.celery import app
 
-app.conf.db_reuse_max = 1_000_000
+# The fixup reads the old-style key (CELERY_DB_REUSE_MAX in Django settings does the same).
+app.conf["CELERY_DB_REUSE_MAX"] = 1_000_000
 
 
 @task_prerun.connect

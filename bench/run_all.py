@@ -55,7 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
     args.selected = only or SCENARIOS
-    args.jobs = args.jobs or (300 if args.quick else 1000)
+    args.jobs = args.jobs or (60 if args.quick else 200)
     args.rounds = args.rounds or (2 if args.quick else 3)
     conc = args.concurrency or ("1,2" if args.quick else "1,2,4")
     try:
