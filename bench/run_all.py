@@ -1,6 +1,7 @@
 """`make bench`: every benchmark of durable-jobs, printed and written to docs/benchmarks.md.
 
-Usage: python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,scale]
+Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
+       python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,scale]
                                [--jobs N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md; others print only unless
@@ -71,7 +72,20 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # unwind: every worker and the private Redis get stopped
 
 
+def render(path: Path) -> int:
+    """Rewrite docs/benchmarks.md from a saved results file (var/bench/last.json)."""
+    from bench import report
+
+    data = json.loads(path.read_text())
+    doc = ROOT / "docs" / "benchmarks.md"
+    doc.write_text(report.markdown(data["meta"], data["results"], report.targets(data["results"])))
+    print(f"wrote {doc.relative_to(ROOT)} from {path}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--render"]:
+        return render(Path(argv[1]) if len(argv) > 1 else ROOT / "var" / "bench" / "last.json")
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     from bench.infra import Fleet, RedisCounters, db_name, db_url, ensure_database, private_redis
