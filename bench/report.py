@@ -258,8 +258,8 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "reject_on_worker_lost, prefetch 1, same time limits, no Django). Task events off for "
         "both. Procrastinate: `python -m procrastinate --app=bench.proc_app.app worker "
         "--queues=bench --concurrency=N` on its own database (`dj_bench_procrastinate`), an "
-        "async no-op task. Databases: `dj_bench_main`, `dj_bench_10k`, `dj_bench_1m`, `dj_bench_reuse` "
-        "(the proposal's workers).",
+        "async no-op task. Databases: `dj_bench_main`, `dj_bench_10k`, `dj_bench_1m`, "
+        "`dj_bench_reuse` (the proposal's workers).",
         "",
         "## Targets",
         "",
