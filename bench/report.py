@@ -350,10 +350,10 @@ def _findings(results: dict[str, Any]) -> list[str]:
         "claim and the completion could insert their JobEvent in the same statement "
         "(data-modifying CTE) instead of BEGIN/UPDATE/INSERT/COMMIT. Each saves read round "
         "trips, not flushes, so a few percent at most here.",
-        "- **Hot counter row:** `relay_published_total` is one row updated by every "
-        "publish of every process; at high submit rates it serializes publishers on its "
-        "row lock. Counting published rows per batch (as now) or per process would avoid "
-        "it.",
+        "- **Hot counter row:** `relay_published_total` is one row that the fast path "
+        "updates once per job, from every web process; at high submit rates it serializes "
+        "publishers on its row lock. Aggregating per process (or deriving the count from "
+        "the outbox plus a pruned-rows counter) would avoid it.",
         "- **Table size is not a factor:** the claim is a primary-key lookup and the due / "
         "expired-lease indexes are partial (only active rows), so 1M finished rows leave "
         "the per-job plan unchanged (`EXPLAIN` of the claim: index scan on `jobs_job_pkey`).",
