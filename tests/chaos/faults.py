@@ -7,7 +7,9 @@ stopped worker or a dead server behind.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import os
 import random
@@ -339,28 +341,54 @@ class FaultRunner(threading.Thread):
 # --- recovery: what beat does (reaper + reconciler), as one restartable process ----------
 
 
-def broker_queue_length(redis_url: str, queue: str = "jobs") -> int | None:
-    """Messages waiting in the broker's queue; None when the broker cannot be read."""
+def broker_waiting_job_ids(redis_url: str, queue: str = "jobs") -> set[str] | None:
+    """Job ids of the messages waiting in the broker's queue; None when it cannot be read."""
     import redis
 
     try:
-        return int(redis.Redis.from_url(redis_url, socket_timeout=2).llen(queue))
+        raw = redis.Redis.from_url(redis_url, socket_timeout=5).lrange(queue, 0, -1)
     except redis.RedisError:
         return None
+    ids: set[str] = set()
+    for item in raw:
+        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+            body = json.loads(base64.b64decode(json.loads(item)["body"]))
+            ids.add(str(body[1]["job_id"]))
+    return ids
+
+
+def repair_lost_work(*, redis_url: str, stale_after: float = 4.0) -> int:
+    """Re-enqueue lost work (jobs.ops.reconcile, the code of `jobs_reconcile --repair`),
+    skipping jobs whose message is still waiting in line.
+
+    The reconciler alone cannot tell "lost" from "waiting behind a backlog", so it needs a
+    long `stale_after` to avoid flooding the queue with duplicates. Reading the queue lets the
+    soak use a short one: a job due for `stale_after`, all its rows published that long ago,
+    not leased and not in the queue has no message anyone will deliver.
+    """
+    from jobs.ops.reconcile import lost_job_ids, reconcile_repair_lost
+
+    candidates = lost_job_ids(stale_after=stale_after)
+    if not candidates:
+        return 0
+    waiting = broker_waiting_job_ids(redis_url)
+    if waiting is None:
+        return 0  # broker down: nothing can be sent anyway
+    lost = [pk for pk in candidates if str(pk) not in waiting]
+    if not lost:
+        return 0
+    return len(reconcile_repair_lost(stale_after=stale_after, job_ids=lost))
 
 
 def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> None:
     """Reap expired leases every `interval`; repair lost work every `reconcile_every`.
 
-    Repair is jobs.ops.reconcile (what `manage.py jobs_reconcile --repair` runs), called
-    in-process so a round costs milliseconds. Its `stale_after` is short while the broker
-    queue is empty (nothing waiting can explain an overdue job) and long while a backlog
-    waits, so it does not flood the queue with duplicates of messages still in line.
+    Repair is `repair_lost_work` (jobs.ops.reconcile plus a look at the queue), in-process
+    so a round costs milliseconds.
     """
     from django.conf import settings
     from django.db import close_old_connections
 
-    from jobs.ops.reconcile import reconcile_repair_lost
     from jobs.reaper import jobs_reap
 
     last_reconcile = 0.0
@@ -369,9 +397,9 @@ def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> 
             jobs_reap()
             if time.monotonic() - last_reconcile > reconcile_every:
                 last_reconcile = time.monotonic()
-                waiting = broker_queue_length(settings.CELERY_BROKER_URL)
-                if waiting is not None:
-                    reconcile_repair_lost(stale_after=4.0 if waiting == 0 else 60.0)
+                repaired = repair_lost_work(redis_url=settings.CELERY_BROKER_URL)
+                if repaired:
+                    logger.warning("re-enqueued %d jobs the broker lost", repaired)
         except Exception as exc:  # database or broker down: say so, wait, try again
             logger.warning("maintenance error: %s: %s", type(exc).__name__, exc)
             close_old_connections()

@@ -189,7 +189,7 @@ class Soak:
             if kind == "chaos.sleep":
                 sleepers.append(str(job.pk))
             if sleepers and self.rng.random() < 0.02:
-                victim = self.rng.choice(sleepers)
+                victim = self.rng.choice(sleepers[-10:])  # recent: likely not finished
                 with contextlib.suppress(InvalidTransition):
                     _retry_db(lambda victim=victim: job_cancel(job_id=victim, actor="chaos"))
                     self.result.cancels += 1
@@ -242,17 +242,18 @@ class Soak:
             self.cluster = cluster
             self.result.reconciler = "jobs.ops.reconcile (jobs_reconcile --repair)"
             injector = FaultInjector(cluster, random.Random(args.seed * 7919))
+            # Faults go on until both the duration has passed and every job was submitted
+            # (a loaded machine submits slower than planned): schedule far ahead, stop early.
             schedule = fault_schedule(
-                random.Random(args.seed), duration=args.duration, every=args.fault_every
+                random.Random(args.seed), duration=args.duration * 20, every=args.fault_every
             )
             runner = FaultRunner(injector, schedule)
             self.started = time.monotonic()
             runner.start()
             self.submit_all(owner)
-            # Keep the faults coming until the schedule ends, sampling meanwhile.
-            while runner.is_alive():
+            while time.monotonic() - self.started < args.duration:
                 self.sample()
-                runner.join(timeout=1.0)
+                time.sleep(1.0)
             runner.stop()
             self.result.faults = dict(injector.counts)
             self.result.fault_log = injector.log
