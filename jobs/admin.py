@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from . import quarantine, registry
-from .exceptions import InvalidTransition
+from .exceptions import JobError
 from .models import (
     EffectLedgerEntry,
     Job,
@@ -222,7 +222,7 @@ class QuarantineRecordAdmin(ReadOnlyAdmin):
         for record in queryset.filter(status=QuarantineStatus.OPEN).only("pk"):
             try:
                 service(record_id=record.pk, actor=request.user.get_username(), note=note)
-            except InvalidTransition as exc:
+            except JobError as exc:  # already resolved, unknown kind, version clash...
                 refused.append(str(exc))
             else:
                 done += 1

@@ -115,10 +115,12 @@ def execute(job_id: UUID | str, *, worker: str | None = None) -> ExecutionReport
 
 
 def _run_leased(job: Job, lease: Lease, spec: registry.KindSpec) -> Outcome:
+    if job.cancel_requested_at is not None:
+        # Taken over after its owner died with a cancel request pending: honour it, run nothing.
+        services.job_cancel_finish(lease, reason="cancelled before this attempt started")
+        return Outcome.CANCELLED
     ctx = JobContext(lease)
     heartbeat = Heartbeat(lease, on_lost=ctx.mark_lost, on_cancel=ctx.mark_cancel_requested)
-    if job.cancel_requested_at is not None:
-        ctx.mark_cancel_requested()
     heartbeat.start()
     try:
         spec.validate(job.input)
