@@ -38,6 +38,7 @@ class CheckReport:
     effect_rows_retried: int = 0
     claims: int = 0
     takeovers: int = 0
+    reconciler_requeues: int = 0
     max_attempt: int = 0
 
     @property
@@ -60,6 +61,7 @@ class CheckReport:
             "effect_rows_retried": self.effect_rows_retried,
             "claims": self.claims,
             "takeovers": self.takeovers,
+            "reconciler_requeues": self.reconciler_requeues,
             "max_attempt": self.max_attempt,
         }
 
@@ -91,6 +93,7 @@ def _check_trail(report: CheckReport, job: Any, events: list[Any]) -> None:
             f"({', '.join(f'{e.to_state}@g{e.generation}' for e in terminal)})"
         )
     current = 0
+    report.reconciler_requeues += sum(1 for e in events if e.actor == "reconciler")
     for event in events:
         is_claim = event.to_state == "leased" and event.reason in CLAIM_REASONS
         if is_claim:

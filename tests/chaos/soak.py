@@ -351,6 +351,7 @@ def print_report(result: SoakResult) -> None:
             f"{check.get('claims')} ({check.get('takeovers')})",
         ),
         ("max attempt of any job", check.get("max_attempt")),
+        ("jobs re-enqueued by the reconciler", check.get("reconciler_requeues")),
         (
             "effect ledger rows (begun > once)",
             f"{check.get('effect_rows')} ({check.get('effect_rows_retried')})",
