@@ -43,9 +43,11 @@ def rabbit_harness(harness: Harness, session_redis: PrivateRedis) -> Iterator[Ha
 
 
 def test_job_runs_over_rabbitmq__submit_relay_claim_complete(
-    rabbit_harness: Harness, user: Any
+    rabbit_harness: Harness, user: Any, settings: Any
 ) -> None:
+    settings.OUTBOX_RESERVATION_SECONDS = 2  # a failed fast-path publish is relayed quickly
     rabbit_harness.start_worker("rabbit-w1")
+    rabbit_harness.start_relay()
     submitted = [jobs.submit(kind="noop", input={"n": n}, owner=user).pk for n in range(5)]
     wait_until(
         lambda: Job.objects.filter(pk__in=submitted, state="succeeded").count() == 5,
