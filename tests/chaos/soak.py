@@ -56,6 +56,7 @@ class SoakResult:
     check: dict[str, Any] = field(default_factory=dict)
     reconciler: str = ""
     worker_deaths: list[str] = field(default_factory=list)
+    straggler: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -124,6 +125,37 @@ def job_input(rng: random.Random, kind: str) -> dict[str, Any]:
     return {}
 
 
+def oldest_queued_job_id() -> str | None:
+    from jobs.models import Job
+
+    pk = (
+        Job.objects.filter(state__in=["queued", "retry_wait"], next_attempt_at__isnull=False)
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return str(pk) if pk else None
+
+
+def job_story(job_id: str) -> list[str]:
+    """The JobEvent trail and outbox rows of one job, one line each, in time order."""
+    from jobs.models import JobEvent
+    from outbox.models import OutboxEntry
+
+    lines = [
+        f"{e.at:%H:%M:%S.%f} event {e.from_state or '-'}->{e.to_state} g{e.generation} "
+        f"a{e.attempt} {e.worker or e.actor} {e.reason}"
+        for e in JobEvent.objects.filter(job_id=job_id).order_by("id")
+    ]
+    lines += [
+        f"{o.created_at:%H:%M:%S.%f} outbox #{o.id} available {o.available_at:%H:%M:%S} "
+        f"published {o.published_at and f'{o.published_at:%H:%M:%S.%f}'} "
+        f"attempts {o.publish_attempts} {o.last_error[:80]}"
+        for o in OutboxEntry.objects.filter(job_id=job_id).order_by("id")
+    ]
+    return sorted(lines)
+
+
 def oldest_queued_age() -> tuple[float, int, int]:
     """(age in seconds of the oldest due queued/retry_wait job, active jobs, finished jobs)."""
     from django.db import connection
@@ -149,12 +181,17 @@ class Soak:
         self.accepted: set[str] = set()
         self.started = time.monotonic()
         self.cluster: Any = None
+        self.straggler: str | None = None  # the job that waited longest: its story is reported
+        self.straggler_age = 0.0
 
     def sample(self) -> None:
         if self.cluster is not None:
             self.cluster.supervise()
         with contextlib.suppress(Exception):
             age, active, finished = _retry_db(oldest_queued_age, timeout=5)
+            if age > self.straggler_age:
+                self.straggler_age = age
+                self.straggler = _retry_db(oldest_queued_job_id, timeout=5)
             self.result.samples.append(
                 Sample(round(time.monotonic() - self.started, 1), round(age, 2), active, finished)
             )
@@ -312,6 +349,11 @@ class Soak:
         report = _retry_db(
             lambda: check_run(accepted=self.accepted, expected=EXPECTED, provider=provider)
         )
+        if self.straggler:
+            self.result.straggler = [
+                f"job {self.straggler} waited {self.straggler_age:.1f}s",
+                *_retry_db(lambda: job_story(self.straggler or "")),
+            ]
         if not self.result.drained:
             report.violations.insert(0, f"did not drain within {self.args.drain_timeout:.0f}s")
         self.result.check = report.as_dict()
