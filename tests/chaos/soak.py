@@ -433,6 +433,8 @@ def print_report(result: SoakResult) -> None:
     console.print(f"verdict: {verdict}  violations: {check.get('violation_count', '?')}")
     for violation in check.get("violations", [])[:20]:
         console.print(f"  - {violation}")
+    for line in result.straggler[:12]:
+        console.print(f"  longest wait: {line}", markup=False)
     for death in result.worker_deaths:
         console.print(f"  worker died on its own (supervisor restarted it): {death}", markup=False)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,66 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
     assert check["notices"] == sends, "one provider notice per succeeded sending job"
     assert elapsed < WALL_CLOCK_BUDGET, f"short soak took {elapsed:.0f}s"
+
+
+@pytest.mark.django_db
+def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_send(
+    user: Any,
+) -> None:
+    """The checker is not vacuous: rows that break each promise are each reported."""
+    from django.utils import timezone
+
+    from jobs.models import Job, JobEvent
+    from tests.chaos.checker import check_run
+
+    now = timezone.now()
+    done = Job.objects.create(
+        kind="chaos.sleep",
+        owner=user,
+        request_fingerprint="x",
+        state="succeeded",
+        generation=3,
+        attempt=2,
+        result={},
+        finished_at=now,
+        lease_owner=None,
+    )
+    trail = [
+        ("", "queued", 0, "accepted"),
+        ("queued", "leased", 1, "claimed"),
+        ("leased", "retry_wait", 1, "lease expired 1 times"),
+        ("retry_wait", "leased", 3, "claimed"),  # generation 2 skipped
+        ("leased", "succeeded", 3, "completed"),
+        ("leased", "succeeded", 1, "completed"),  # a stale owner's second terminal write
+    ]
+    for from_state, to_state, generation, reason in trail:
+        JobEvent.objects.create(
+            job=done,
+            from_state=from_state,
+            to_state=to_state,
+            generation=generation,
+            attempt=1,
+            reason=reason,
+        )
+    waiting = Job.objects.create(
+        kind="chaos.notify",
+        owner=user,
+        request_fingerprint="y",
+        state="queued",
+        next_attempt_at=now,
+    )
+
+    report = check_run(
+        accepted={str(done.pk), str(waiting.pk)},
+        expected={"chaos.sleep": {"succeeded"}},
+        provider={"requests_by_key": {"job-unknown-notice": 1}, "notices": 1},
+    )
+
+    found = "\n".join(report.violations)
+    assert "2 terminal events" in found
+    assert "claim generation 3 after 1" in found
+    assert "by generation 1 while generation 3 held it" in found
+    assert f"job {waiting.pk} (chaos.notify) not finished: queued" in found
+    assert "with no ledger row" in found
+    assert "the run tested nothing" in found
+    assert not report.ok
