@@ -28,6 +28,7 @@ def point_celery_at(url: str) -> None:
     if app._pool is not None:  # drop connections made to the previous broker
         app._pool.force_close_all()
         app._pool = None
+    app.amqp._producer_pool = None  # it holds the previous broker's connection pool
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -81,15 +81,18 @@ def test_submit_is_409__same_key_different_body(alice: Any) -> None:
     assert Job.objects.count() == 1
 
 
-def test_submit_is_409__business_key_taken_by_someone_else(django_user_model: Any) -> None:
-    """business_key is global: another user's identical request is not handed their job."""
+def test_submit_same_business_key_by_someone_else__their_own_job_never_mine(
+    django_user_model: Any,
+) -> None:
+    """business_key is scoped to the tenant (or owner): no collision, no job handed over."""
     first = django_user_model.objects.create_user(username="solo1")
     second = django_user_model.objects.create_user(username="solo2")
     body = {"kind": "noop", "input": {}, "business_key": "invoice-7"}
-    assert submit(token_client(first), body).status_code == 202
-    response = submit(token_client(second), body)
-    assert response.status_code == 409
-    assert error_code(response) == "idempotency_conflict"
+    mine = submit(token_client(first), body)
+    theirs = submit(token_client(second), body)
+    assert (mine.status_code, theirs.status_code) == (202, 202)
+    assert mine.json()["id"] != theirs.json()["id"]
+    assert theirs["Idempotent-Replayed"] == "false"
 
 
 @pytest.mark.parametrize(
