@@ -48,6 +48,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": p50 < TARGET_START_P50_MS,
             }
         )
+    serial = results.get("serial")
+    if serial:
+        ratio = serial["ratio_keys_vs_none"]
+        out.append(
+            {
+                "name": "serialization keys over many keys >= 0.8x no keys",
+                "value": f"{ratio:.2f}x",
+                "ok": ratio >= 0.8,
+            }
+        )
     scale = results.get("scale")
     if scale:
         ratio = scale["ratio_1m_vs_10k"]
@@ -59,6 +69,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _serial_table(serial: dict[str, Any]) -> list[str]:
+    return [
+        "### 7. Serialization keys over many keys vs none",
+        "",
+        f"The same no-op load, {serial['jobs_per_round']} jobs per round, {serial['rounds']} "
+        f"rounds interleaved, one worker at concurrency {serial['worker_concurrency']}; keys "
+        f"`doc:0..{serial['keys'] - 1}` (admission lock + head check at submit, hand-over on "
+        "completion).",
+        "",
+        "| load | jobs/s (median) |",
+        "|---|---:|",
+        f"| no serialization key | {_f(serial['no_keys_jobs_per_s'])} |",
+        f"| {serial['keys']} serialization keys | {_f(serial['many_keys_jobs_per_s'])} |",
+        "",
+        f"Ratio keys / no keys: **{serial['ratio_keys_vs_none']:.2f}x** (target >= 0.8x).",
+        "",
+    ]
 
 
 def _tables(results: dict[str, Any]) -> list[str]:
@@ -213,6 +242,8 @@ def _tables(results: dict[str, Any]) -> list[str]:
             f"Ratio 1M / 10k: **{scale['ratio_1m_vs_10k']:.2f}x** (median of per-round ratios).",
             "",
         ]
+    if results.get("serial"):
+        lines += _serial_table(results["serial"])
     return lines
 
 

@@ -696,3 +696,59 @@ def scenario_scale(b: Bench) -> dict[str, Any]:
         ),
         "rounds": {label: [round(x.throughput, 1) for x in rs] for label, rs in rounds.items()},
     }
+
+
+# --- 7. serialization keys over many keys vs no keys (issue 7) -----------------------------
+
+SERIAL_KEYS = 256
+
+
+def serial_submit(owner: Any, n: list[int]) -> None:
+    import jobs
+
+    n[0] += 1
+    jobs.submit(kind="noop", input={}, owner=owner, serialization_key=f"doc:{n[0] % SERIAL_KEYS}")
+
+
+def scenario_serial(b: Bench) -> dict[str, Any]:
+    """The same no-op load with a serialization key over many keys and without, interleaved."""
+    main = db_name("main")
+    use_target(main, b.broker())
+    owner = bench_owner()
+    counter = [0]
+    c = max(b.concurrencies)
+    worker = durable_worker(b, f"serial{c}", c, main)
+    contenders: dict[str, Callable[[int], Round]] = {
+        "no_keys": lambda n: broker_round(b, "no_keys", n, lambda: durable_submit(owner)),
+        "many_keys": lambda n: broker_round(
+            b, "many_keys", n, lambda: serial_submit(owner, counter)
+        ),
+    }
+    rounds: dict[str, list[Round]] = {k: [] for k in contenders}
+    try:
+        for run in contenders.values():
+            run(4 * c)
+        for r in range(b.rounds):
+            order = list(contenders)
+            order = order[r % 2 :] + order[: r % 2]
+            for name in order:
+                result = contenders[name](b.jobs)
+                rounds[name].append(result)
+                log(f"    {name:10s} {result.throughput:8.1f} jobs/s")
+    finally:
+        b.fleet.stop(worker)
+        close_driver_db()
+    return {
+        "keys": SERIAL_KEYS,
+        "worker_concurrency": c,
+        "jobs_per_round": b.jobs,
+        "rounds": b.rounds,
+        "no_keys_jobs_per_s": median([x.throughput for x in rounds["no_keys"]]),
+        "many_keys_jobs_per_s": median([x.throughput for x in rounds["many_keys"]]),
+        "ratio_keys_vs_none": median(
+            [
+                a.throughput / z.throughput
+                for a, z in zip(rounds["many_keys"], rounds["no_keys"], strict=True)
+            ]
+        ),
+    }

@@ -25,10 +25,10 @@ def point_celery_at(url: str) -> None:
     from jobsite.celery import app
 
     app.conf.broker_url = url
-    if app._pool is not None:  # drop connections made to the previous broker
-        app._pool.force_close_all()
-        app._pool = None
-    app.amqp._producer_pool = None  # it holds the previous broker's connection pool
+    # Drop our handles only: kombu keeps one global pool per broker URL, and closing it here
+    # would hand a closed pool to whoever points back at that URL later.
+    app._pool = None
+    app.amqp._producer_pool = None
 
 
 @pytest.fixture(scope="session", autouse=True)

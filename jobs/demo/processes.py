@@ -261,10 +261,10 @@ def point_celery_at(url: str) -> None:
     from jobsite.celery import app
 
     app.conf.broker_url = url  # type: ignore[misc]
-    pool = getattr(app, "_pool", None)
-    if pool is not None:  # drop connections made to the default broker
-        pool.force_close_all()
-        app._pool = None  # type: ignore[attr-defined]
+    # Drop our handles only (kombu keeps one global pool per broker URL); the producer pool
+    # would otherwise keep publishing to the previous broker.
+    app._pool = None  # type: ignore[attr-defined]
+    app.amqp._producer_pool = None  # type: ignore[attr-defined]
 
 
 def stale_writes_logged(worker: Child) -> list[str]:
