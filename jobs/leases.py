@@ -7,8 +7,10 @@ Claim protocol (`job_claim`), one transaction:
   2. UPDATE it to `leased` with generation+1, attempt+1, our name and a lease on the database
      clock; insert the JobEvent; commit. A crash after the commit leaves a leased job whose
      lease expires: the reaper moves it to retry_wait (the attempt counts) and re-enqueues it.
-Every later write by this worker is a conditional UPDATE on (id, generation, state='leased');
-zero rows means another generation owns the job: `LeaseLost`, rolled back and counted.
+Every later write by this worker is a conditional UPDATE on (id, generation, lease_owner,
+state='leased'); the owner token is unique per claim (worker name, a random nonce, pid), so the
+fence holds even if a database crash lost an (asynchronously committed) claim and the number
+was handed out again. Zero rows: `LeaseLost`, rolled back and counted.
 """
 
 from __future__ import annotations
@@ -129,6 +131,12 @@ def job_claim(job: Job, *, worker: str, lease_seconds: float) -> Lease | None:
             # Caps are counts over other rows: claimers of one tenant/kind take turns.
             admission_lock(lock_keys)
             with connection.cursor() as cursor:
+                # The claim need not wait for its WAL flush. If a database crash loses it, the
+                # job is back to its previous state and nothing of this attempt is durable:
+                # every later write of ours is fenced by (generation, owner token) and commits
+                # synchronously, which would have flushed the claim first. A new claim after
+                # the crash may reuse the generation number, but never our owner token.
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
                 cursor.execute(
                     _CLAIM_SQL,
                     {
@@ -174,9 +182,12 @@ def job_claim(job: Job, *, worker: str, lease_seconds: float) -> Lease | None:
 
 
 def fenced(lease: Lease) -> QuerySet[Job]:
-    """The job row, only while this lease's generation still owns it."""
+    """The job row, only while this claim (generation and owner token) still holds it."""
     return Job.objects.filter(
-        pk=lease.job_id, generation=lease.generation, state=JobState.LEASED.value
+        pk=lease.job_id,
+        generation=lease.generation,
+        lease_owner=lease.worker,
+        state=JobState.LEASED.value,
     )
 
 
@@ -202,7 +213,7 @@ class HeartbeatResult:
 
 _HEARTBEAT_SQL = """
 UPDATE jobs_job SET lease_until = now() + make_interval(secs => %s), heartbeat_at = now()
-WHERE id = %s AND generation = %s AND state = 'leased'
+WHERE id = %s AND generation = %s AND lease_owner = %s AND state = 'leased'
 RETURNING cancel_requested_at IS NOT NULL
 """
 
@@ -210,7 +221,9 @@ RETURNING cancel_requested_at IS NOT NULL
 def lease_heartbeat(lease: Lease) -> HeartbeatResult:
     """Extend the lease on the database clock, fenced by generation."""
     with connection.cursor() as cursor:
-        cursor.execute(_HEARTBEAT_SQL, [lease.lease_seconds, lease.job_id, lease.generation])
+        cursor.execute(
+            _HEARTBEAT_SQL, [lease.lease_seconds, lease.job_id, lease.generation, lease.worker]
+        )
         row = cursor.fetchone()
     if row is None:
         return HeartbeatResult(alive=False, cancel_requested=False)

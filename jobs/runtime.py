@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import secrets
 import socket
 from dataclasses import dataclass
 from enum import StrEnum
@@ -66,8 +67,9 @@ class ExecutionReport:
 
 
 def worker_name() -> str:
+    """A fresh lease-owner token per claim: `name:nonce:pid` (the pid last, for operators)."""
     base = settings.JOBS_WORKER_NAME or f"{socket.gethostname()}"
-    return f"{base}:{os.getpid()}"
+    return f"{base}:{secrets.token_hex(3)}:{os.getpid()}"
 
 
 def _miss(job: Job) -> Outcome:

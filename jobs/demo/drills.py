@@ -261,7 +261,7 @@ class Demo:
         self.say("\n[bold]Drill 2 — a worker paused past its lease[/bold]")
         job = self.submit("demo.slow", {"seconds": 4})
         owner = self.wait(lambda: self.job(job.pk).lease_owner, "a worker to claim the job")
-        name, pid = owner.rsplit(":", 1)[0], int(owner.rsplit(":", 1)[1])
+        name, pid = owner.split(":", 1)[0], int(owner.rsplit(":", 1)[1])  # name:nonce:pid
         os.kill(pid, signal.SIGSTOP)
         self.say(f"   SIGSTOP to {name}'s pool child {pid} (generation 1, lease 3 s)")
         self.wait(
