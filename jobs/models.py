@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .ids import uuid7
 from .states import ACTIVE, CLAIMABLE, TERMINAL, JobState, choices
 
 
@@ -45,7 +46,7 @@ class StoredObject(models.Model):
 class Job(models.Model):
     """One accepted unit of deferred work; the database row is the truth about it."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     kind = models.CharField(max_length=100)
     kind_version = models.PositiveIntegerField(default=1)
     owner = models.ForeignKey(
