@@ -290,7 +290,7 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "both. Procrastinate: `python -m procrastinate --app=bench.proc_app.app worker "
         "--queues=bench --concurrency=N` on its own database (`dj_bench_procrastinate`), an "
         "async no-op task. Databases: `dj_bench_main`, `dj_bench_10k`, `dj_bench_1m`, "
-        "`dj_bench_reuse` (the proposal's workers).",
+        "`dj_bench_reuse` (only with the connection-reuse comparison, now shipped).",
         "",
         "## Targets",
         "",
@@ -331,51 +331,33 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
 
 def _findings(results: dict[str, Any]) -> list[str]:
     """Where the time goes (profiling notes, py-spy / EXPLAIN) and what would change it."""
-    e2e = results.get("e2e", {}).get("by_concurrency", {})
-    reuse = [
-        f"c={c}: {e['durable']['jobs_per_s']:.1f} -> {e['durable_reuse']['jobs_per_s']:.1f} "
-        f"jobs/s, {e['durable']['db_commits_per_job']:.2f} -> "
-        f"{e['durable_reuse']['db_commits_per_job']:.2f} commits/job"
-        for c, e in e2e.items()
-        if "durable_reuse" in e
-    ]
-    lat = results.get("latency", {})
     lines = [
         "## Where the time goes",
         "",
-        "- **Write commits are the cost.** On this shared machine a write commit waits "
+        "- **Flushed commits are the cost.** On this shared machine a write commit waits "
         "~8 ms for its WAL flush while a read round trip takes ~0.15 ms. A raw Celery no-op "
-        "commits nothing; a durable job needs three flushed commits by design (accept: "
-        "job+event+outbox; claim: generation+1 and event; complete: result+event), as "
-        "Procrastinate needs three (defer, fetch, finish), but Procrastinate does each in one "
-        "stored-procedure call from an asyncio worker. The 0.6x-of-raw-Celery target cannot "
-        "be met while every job pays three flushed commits and raw Celery pays none; "
-        "getting there needs group commit (`commit_delay`, or batching claims and "
-        "completions across jobs), which is a redesign, not a tweak.",
-        "- **A new database connection per task** (py-spy on a worker child: ~17% of its "
-        "time in `connect` + `SET TIME ZONE` under `job_get`). Celery's Django fixup closes "
-        "every connection before and after each task unless `CELERY_DB_REUSE_MAX` is set, "
-        "so `CONN_MAX_AGE` never applies in workers. Proposal (two lines, not applied "
-        "here): `CELERY_DB_REUSE_MAX` in settings plus `close_old_connections()` on "
-        "`task_prerun`/`task_postrun` (keeps Django's max-age, health checks and recovery "
-        "after a database restart). Measured in the same rounds: "
-        + ("; ".join(reuse) if reuse else "not run")
-        + (
-            f"; accept -> start p50 {lat['fast']['accept_to_start_p50_ms']:.1f} -> "
-            f"{lat['fast_reuse']['accept_to_start_p50_ms']:.1f} ms."
-            if "fast_reuse" in lat
-            else "."
-        ),
+        "commits nothing. A durable job now waits for two flushes (accept: job+event+outbox; "
+        "complete: result+event); the claim and the relay's mark commit with "
+        "`synchronous_commit off` (see docs/architecture.md: a crash-lost claim leaves "
+        "nothing durable behind and the owner token in the fence stops its worker). "
+        "Procrastinate pays three flushed commits but does each in one stored-procedure call "
+        "from an asyncio worker. Reaching 0.6x of raw Celery needs group commit across jobs "
+        "(`commit_delay`, or batched claims and completions), a redesign left for later.",
+        "- **Applied: workers keep their database connection** between tasks "
+        "(`CELERY_DB_REUSE_MAX`, Django's `close_old_connections()` around each task). "
+        "Before, Celery's Django fixup reconnected for every task (~17% of a worker's time "
+        "in py-spy); the earlier run of this bench measured 23 -> 56 jobs/s at c=1 and "
+        "accept -> start p50 37 -> 26 ms for this change alone.",
+        "- **Applied: the claim commits asynchronously**, fenced by (generation, per-claim "
+        "owner token); together with the connection reuse, durable throughput went from "
+        "23/20/33 jobs/s (c=1/2/4) in the first recorded run to the numbers above.",
+        "- **Applied: time-ordered job ids (UUIDv7).** Random UUIDv4 keys made every insert "
+        "touch a cold page of the primary-key index; with 1M rows that cost showed (0.79x of "
+        "the 10k-row throughput in one run). v7 keys insert at the right edge.",
         "- **Applied:** the relay's mark (`published_at`) and its `relay_published_total` "
-        "counter now commit in one transaction with `synchronous_commit off`: a mark lost "
+        "counter commit in one transaction with `synchronous_commit off`: a mark lost "
         "in a database crash only republishes a message, which the claim already absorbs "
-        "(the same window as a relay killed between publish and mark). Before: 9.12 commits "
-        "and 2 extra flushes per job on the submit path; after: 8.11 commits, no flush "
-        "(c=2, same-size runs).",
-        "- **Not safe to relax:** the claim commit must stay flushed. If a claim were lost "
-        "in a database crash the job's generation would go back, a second worker could "
-        "claim the same generation number, and the first worker's fenced writes would then "
-        "match its row.",
+        "(the same window as a relay killed between publish and mark).",
         "- **Smaller round-trip savings** (not applied): the fast path re-reads its outbox "
         "row after commit (the on-commit callback could carry task, queue and kwargs); the "
         "claim and the completion could insert their JobEvent in the same statement "
