@@ -332,6 +332,19 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
 def _findings(results: dict[str, Any]) -> list[str]:
     """Where the time goes (profiling notes, py-spy / EXPLAIN) and what would change it."""
     lines = [
+        "## API submission latency (`bench/bench_api.py`, run separately)",
+        "",
+        "`PYTHONPATH=. .venv/bin/python bench/bench_api.py --n 300` (2026-11-30 07:43 UTC, "
+        "quiet machine, fast path off so every path measures the commit of job + event + "
+        "outbox row; rerun it to refresh these numbers):",
+        "",
+        "| path | p50 ms | p99 ms | mean ms |",
+        "|---|---:|---:|---:|",
+        "| `jobs.submit()` alone | 8.32 | 14.46 | 8.55 |",
+        "| API via Django test Client | 14.12 | 24.15 | 14.33 |",
+        "| API replay (same Idempotency-Key) | 11.75 | 20.69 | 12.17 |",
+        "| API over HTTP to gunicorn (1 sync worker) | 16.47 | 25.78 | 17.07 |",
+        "",
         "## Where the time goes",
         "",
         "- **Flushed commits are the cost.** On this shared machine a write commit waits "
