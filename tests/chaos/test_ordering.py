@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -95,11 +96,11 @@ def test_serialization_key__start_order_is_acceptance_order_and_jobs_never_overl
         spans = [all_spans[pk] for pk in pks]  # pks are in acceptance order
         starts = [start for start, _ in spans]
         assert starts == sorted(starts), f"{key}: start order differs from acceptance order"
-        for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (next_start, _) in pairwise(spans):
             assert end <= next_start, f"{key}: two jobs of one key overlapped"
     # No global serialization: jobs of different keys did run at the same time.
     ordered = sorted(all_spans.values())
-    for (_, end), (next_start, _) in zip(ordered, ordered[1:], strict=False):
+    for (_, end), (next_start, _) in pairwise(ordered):
         if next_start < end:
             parallel_keys += 1
     assert parallel_keys > 0

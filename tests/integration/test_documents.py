@@ -66,11 +66,14 @@ def test_database_refuses_lowering_an_index_version(user: Any) -> None:
     doc = document_create(owner=user, title="guard")
     _, job = document_revise(document=doc, text="x", actor=user)
     jobs.execute(job.pk)
-    with pytest.raises(DatabaseError, match="documents_index_version_monotonic"):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE documents_documentindex SET version = 0 WHERE document_id = %s", [doc.pk]
-            )
+    with (
+        pytest.raises(DatabaseError, match="documents_index_version_monotonic"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            "UPDATE documents_documentindex SET version = 0 WHERE document_id = %s", [doc.pk]
+        )
 
 
 def test_serialization_key_admits_only_the_head__later_jobs_wait_for_handover(user: Any) -> None:
