@@ -36,6 +36,7 @@ run: setup
 PYTEST_WORKERS ?= 2
 
 test: setup
+	@bash scripts/ensure-chromium.sh
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup
