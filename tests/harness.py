@@ -10,8 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.demo.processes import Child, child_pids, free_port, redis_ping
+
 ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["ROOT", "Harness", "PrivateRedis", "Proc", "free_port", "harness_for", "wait_until"]
 
 
 def wait_until(
@@ -43,12 +45,6 @@ def wait_until(
         time.sleep(interval)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_database_url() -> str:
     from django.db import connection
 
@@ -58,49 +54,19 @@ def test_database_url() -> str:
 
 
 @dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+class Proc(Child):
+    """A process a test started (jobs.demo.processes.Child), plus signals for the drills."""
 
     def children(self) -> list[int]:
-        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        try:
-            return [int(p) for p in path.read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            return []
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
+        return child_pids(self.pid)
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, sig)
 
     def stop(self, timeout: float = 3.0) -> None:
-        if not self.alive():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for child in self.children():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGKILL)
-            self.signal(signal.SIGKILL)
-            self.popen.wait(timeout=10)
+        """Tests need no long warm shutdown: a short grace, then SIGKILL (see Child.stop)."""
+        super().stop(timeout)
 
 
 @dataclass
@@ -275,12 +241,7 @@ class PrivateRedis:
         wait_until(self.ping, timeout=15, what="private redis to answer")
 
     def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
+        return redis_ping(self.port)
 
     def kill(self) -> None:
         """Lose everything it held, as a crashed Redis without persistence does."""
