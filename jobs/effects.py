@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .exceptions import LeaseLost
-from .leases import Lease, fenced, report_stale_write
+from .leases import Lease, fenced, fenced_transaction, report_stale_write
 from .models import EffectLedgerEntry, EffectState
 from .retry import Category, classify
 from .signals import DUPLICATE_EFFECTS, EFFECTS_REUSED, signal_increment
@@ -73,20 +73,16 @@ def _require_lease(lease: Lease) -> None:
 
 def effect_begin(lease: Lease, name: str) -> EffectLedgerEntry:
     """Step 1: returns the row; `applied` means reuse, otherwise it is committed pending."""
-    try:
-        with transaction.atomic():
-            _require_lease(lease)
-            entry = _lock_entry(lease, name, local=False)
-            if entry.state == EffectState.APPLIED:
-                return entry
-            entry.state = EffectState.PENDING
-            entry.generation = lease.generation
-            entry.calls += 1
-            entry.save(update_fields=["state", "generation", "calls", "updated_at"])
+    with fenced_transaction(lease, f"effect {name}: begin"):
+        _require_lease(lease)
+        entry = _lock_entry(lease, name, local=False)
+        if entry.state == EffectState.APPLIED:
             return entry
-    except LeaseLost:
-        report_stale_write(lease, f"effect {name}: begin")
-        raise
+        entry.state = EffectState.PENDING
+        entry.generation = lease.generation
+        entry.calls += 1
+        entry.save(update_fields=["state", "generation", "calls", "updated_at"])
+        return entry
 
 
 def effect_record(

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -203,6 +205,18 @@ def report_stale_write(lease: Lease, where: str) -> None:
     """Loud, never silent: a counter and a log line for a fenced write that matched nothing."""
     signal_increment(STALE_WRITES_REJECTED)
     logger.warning("stale write rejected at %s", where, extra=lease.log_extra())
+
+
+@contextmanager
+def fenced_transaction(lease: Lease, where: str) -> Iterator[None]:
+    """`transaction.atomic` for a lease's writes: a LeaseLost inside rolls it back and is
+    counted and logged (report_stale_write) before it propagates."""
+    try:
+        with transaction.atomic():
+            yield
+    except LeaseLost:
+        report_stale_write(lease, where)
+        raise
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from . import dispatch, registry
 from .effects import effect_apply_local
-from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition, LeaseLost
-from .leases import Lease, job_update_if_leased, report_stale_write
+from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
+from .leases import Lease, fenced_transaction, job_update_if_leased
 from .models import Job, JobEvent, QuarantineRecord, StoredObject, Tenant
 from .retry import Decision
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
@@ -293,165 +293,144 @@ def job_rearm_if_early(*, job_id: UUID) -> bool:
 
 def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[Any]) -> None:
     """Success: result, state, local effects, event and successor commit together, fenced."""
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            job_update_if_leased(
-                lease,
-                state=JobState.SUCCEEDED.value,
-                result=result,
-                finished_at=now,
-                error_category="",
-                error_message="",
-                updated_at=now,
-            )
-            for name, fn in local_effects:
-                effect_apply_local(lease, name, fn)
-            job_event_record(
-                lease,
-                from_state=JobState.LEASED.value,
-                to_state=JobState.SUCCEEDED.value,
-                reason="completed",
-                worker=lease.worker,
-            )
-            _handoff(lease, left_active=True)
-    except LeaseLost:
-        report_stale_write(lease, "complete")
-        raise
+    with fenced_transaction(lease, "complete"):
+        now = timezone.now()
+        job_update_if_leased(
+            lease,
+            state=JobState.SUCCEEDED.value,
+            result=result,
+            finished_at=now,
+            error_category="",
+            error_message="",
+            updated_at=now,
+        )
+        for name, fn in local_effects:
+            effect_apply_local(lease, name, fn)
+        job_event_record(
+            lease,
+            from_state=JobState.LEASED.value,
+            to_state=JobState.SUCCEEDED.value,
+            reason="completed",
+            worker=lease.worker,
+        )
+        _handoff(lease, left_active=True)
 
 
 def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) -> None:
     """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time."""
     spec = registry.kind_version(lease.kind, lease.kind_version)
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            due = now + timedelta(seconds=decision.delay)
-            job_update_if_leased(
-                lease,
-                state=JobState.RETRY_WAIT.value,
-                next_attempt_at=due,
-                error_category=decision.category.value,
-                error_message=error_message[:2000],
-                updated_at=now,
-            )
-            job_event_record(
-                lease,
-                from_state=JobState.LEASED.value,
-                to_state=JobState.RETRY_WAIT.value,
-                reason=decision.reason,
-                worker=lease.worker,
-                details={**decision.as_details(), "next_attempt_at": due.isoformat()},
-            )
-            job_enqueue_execute(
-                job_id=lease.job_id,
-                queue=spec.queue if spec else "jobs",
-                generation_hint=lease.generation,
-                available_at=due,
-            )
-            _handoff(lease, left_active=False)
-    except LeaseLost:
-        report_stale_write(lease, "retry")
-        raise
+    with fenced_transaction(lease, "retry"):
+        now = timezone.now()
+        due = now + timedelta(seconds=decision.delay)
+        job_update_if_leased(
+            lease,
+            state=JobState.RETRY_WAIT.value,
+            next_attempt_at=due,
+            error_category=decision.category.value,
+            error_message=error_message[:2000],
+            updated_at=now,
+        )
+        job_event_record(
+            lease,
+            from_state=JobState.LEASED.value,
+            to_state=JobState.RETRY_WAIT.value,
+            reason=decision.reason,
+            worker=lease.worker,
+            details={**decision.as_details(), "next_attempt_at": due.isoformat()},
+        )
+        job_enqueue_execute(
+            job_id=lease.job_id,
+            queue=spec.queue if spec else "jobs",
+            generation_hint=lease.generation,
+            available_at=due,
+        )
+        _handoff(lease, left_active=False)
 
 
 def job_quarantine(
     lease: Lease, *, decision: Decision, error_message: str, responsible: str
 ) -> None:
     """Stop for an operator: quarantined, with a record that carries no payload."""
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            job_update_if_leased(
-                lease,
-                state=JobState.QUARANTINED.value,
-                error_category=decision.error_category,
-                error_message=error_message[:2000],
-                updated_at=now,
-            )
-            job_event_record(
-                lease,
-                from_state=JobState.LEASED.value,
-                to_state=JobState.QUARANTINED.value,
-                reason=decision.reason,
-                worker=lease.worker,
-                details=decision.as_details(),
-            )
-            QuarantineRecord.objects.create(
-                job_id=lease.job_id,
-                kind=lease.kind,
-                reason=decision.reason[:500],
-                category=decision.category.value,
-                input_version=lease.input_version,
-                attempts=lease.attempt,
-                generation=lease.generation,
-                last_attempt_at=lease.claimed_at,
-                responsible=responsible,
-            )
-            _handoff(lease, left_active=True)
-    except LeaseLost:
-        report_stale_write(lease, "quarantine")
-        raise
+    with fenced_transaction(lease, "quarantine"):
+        now = timezone.now()
+        job_update_if_leased(
+            lease,
+            state=JobState.QUARANTINED.value,
+            error_category=decision.error_category,
+            error_message=error_message[:2000],
+            updated_at=now,
+        )
+        job_event_record(
+            lease,
+            from_state=JobState.LEASED.value,
+            to_state=JobState.QUARANTINED.value,
+            reason=decision.reason,
+            worker=lease.worker,
+            details=decision.as_details(),
+        )
+        QuarantineRecord.objects.create(
+            job_id=lease.job_id,
+            kind=lease.kind,
+            reason=decision.reason[:500],
+            category=decision.category.value,
+            input_version=lease.input_version,
+            attempts=lease.attempt,
+            generation=lease.generation,
+            last_attempt_at=lease.claimed_at,
+            responsible=responsible,
+        )
+        _handoff(lease, left_active=True)
 
 
 def job_release_incompatible(lease: Lease, *, delay: float) -> None:
     """This worker cannot run the job's kind version: give it back without spending an attempt."""
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            due = now + timedelta(seconds=delay)
-            job_update_if_leased(
-                lease,
-                state=JobState.RETRY_WAIT.value,
-                attempt=lease.attempt - 1,
-                next_attempt_at=due,
-                updated_at=now,
-            )
-            job_event_record(
-                lease,
-                from_state=JobState.LEASED.value,
-                to_state=JobState.RETRY_WAIT.value,
-                reason=(
-                    f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}"
-                ),
-                worker=lease.worker,
-                details={"decision": "release", "delay_seconds": delay},
-            )
-            job_enqueue_execute(
-                job_id=lease.job_id,
-                queue="jobs",
-                generation_hint=lease.generation,
-                available_at=due,
-            )
-    except LeaseLost:
-        report_stale_write(lease, "release")
-        raise
+    with fenced_transaction(lease, "release"):
+        now = timezone.now()
+        due = now + timedelta(seconds=delay)
+        job_update_if_leased(
+            lease,
+            state=JobState.RETRY_WAIT.value,
+            attempt=lease.attempt - 1,
+            next_attempt_at=due,
+            updated_at=now,
+        )
+        job_event_record(
+            lease,
+            from_state=JobState.LEASED.value,
+            to_state=JobState.RETRY_WAIT.value,
+            reason=(f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}"),
+            worker=lease.worker,
+            details={"decision": "release", "delay_seconds": delay},
+        )
+        job_enqueue_execute(
+            job_id=lease.job_id,
+            queue="jobs",
+            generation_hint=lease.generation,
+            available_at=due,
+        )
+        _handoff(lease, left_active=False)  # its lease slot is free, as after a retry
 
 
 def job_cancel_finish(lease: Lease, *, reason: str) -> None:
     """A running job stopped after a cancel request: it ends cancelled, fenced."""
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            job_update_if_leased(
-                lease,
-                state=JobState.CANCELLED.value,
-                finished_at=now,
-                updated_at=now,
-                error_category="cancelled",
-                error_message=reason,
-            )
-            job_event_record(
-                lease,
-                from_state=JobState.LEASED.value,
-                to_state=JobState.CANCELLED.value,
-                reason=reason,
-                worker=lease.worker,
-            )
-            _handoff(lease, left_active=True)
-    except LeaseLost:
-        report_stale_write(lease, "cancel")
-        raise
+    with fenced_transaction(lease, "cancel"):
+        now = timezone.now()
+        job_update_if_leased(
+            lease,
+            state=JobState.CANCELLED.value,
+            finished_at=now,
+            updated_at=now,
+            error_category="cancelled",
+            error_message=reason,
+        )
+        job_event_record(
+            lease,
+            from_state=JobState.LEASED.value,
+            to_state=JobState.CANCELLED.value,
+            reason=reason,
+            worker=lease.worker,
+        )
+        _handoff(lease, left_active=True)
 
 
 def job_cancel(*, job_id: UUID, actor: str) -> Job:
