@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.demo.processes import Child, child_pids, free_port, redis_ping
+from jobs.procs import Child, child_pids, free_port, redis_ping
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def test_database_url() -> str:
 
 @dataclass
 class Proc(Child):
-    """A process a test started (jobs.demo.processes.Child), plus signals for the drills."""
+    """A process a test started (jobs.procs.Child), plus signals for the drills."""
 
     def children(self) -> list[int]:
         return child_pids(self.pid)

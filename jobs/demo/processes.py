@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+__all__ = ["Child", "child_pids", "free_port", "process_alive", "redis_ping"]
+
 import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,78 +20,14 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from jobs.procs import Child, child_pids, free_port, process_alive, redis_ping
+
 ROOT = Path(settings.BASE_DIR)
 DEMO_HANDLER_MODULE = "jobs.demo_kinds"
 
 
 class DemoFailed(RuntimeError):
     """A process the demo needs would not start, or a wait ran out of time."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def process_alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def child_pids(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        return []
-
-
-@dataclass
-class Child:
-    """One process the demo started; stopped by its pid (and its pool children's pids)."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGCONT (a paused pool child must be able to exit), SIGTERM, then SIGKILL."""
-        if not self.alive():
-            return
-        pids = [self.pid, *child_pids(self.pid)]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for pid in [*child_pids(self.pid), self.pid]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
-        for pid in pids[1:]:  # pool children left behind by a killed parent
-            if process_alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
 
 
 @dataclass
@@ -215,15 +151,6 @@ def wait_plain(condition: Callable[[], Any], *, what: str, timeout: float) -> An
         if time.monotonic() > deadline:
             raise DemoFailed(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.1)
-
-
-def redis_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def provider_call(port: int, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     )
     elapsed = time.monotonic() - started
     output = done.stdout[-6000:] + done.stderr[-4000:]
+    assert report_path.exists(), f"the soak wrote no report (exit {done.returncode}):\n{output}"
     report = json.loads(report_path.read_text())
     check = report["check"]
 
