@@ -24,6 +24,7 @@ from django.db.models import QuerySet
 from outbox.services import outbox_enqueue
 
 from . import registry
+from .leases import Lease
 from .models import Job
 from .states import ACTIVE, JobState
 
@@ -33,19 +34,27 @@ _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 
 def job_enqueue_execute(
+    job: Job | Lease,
     *,
-    job_id: UUID,
-    queue: str,
-    generation_hint: int,
     available_at: datetime | None = None,
     fast_path: bool | None = None,
 ) -> None:
-    """The one way work reaches a worker: an outbox row in the caller's transaction."""
+    """The one way work reaches a worker: an outbox row in the caller's transaction.
+
+    The message carries the job's id plus hints a worker uses to claim it in one round trip
+    (generation, kind, kind version); the database row stays the only truth."""
+    job_id = job.job_id if isinstance(job, Lease) else job.pk
+    spec = registry.kind_version(job.kind, job.kind_version)
     outbox_enqueue(
         task_name=EXECUTE_TASK,
-        queue=queue,
+        queue=spec.queue if spec else "jobs",
         job_id=job_id,
-        kwargs={"job_id": str(job_id), "generation": generation_hint},
+        kwargs={
+            "job_id": str(job_id),
+            "generation": job.generation,
+            "kind": job.kind,
+            "kind_version": job.kind_version,
+        },
         available_at=available_at,
         fast_path=fast_path,
     )
@@ -110,6 +119,17 @@ def admission_open(job: Job, spec: registry.KindSpec) -> bool:
     return True
 
 
+def handoff_keys(
+    *, kind: str, kind_version: int, tenant_id: int | None, serialization_key: str | None
+) -> tuple[registry.KindSpec | None, list[str]]:
+    """The admission rules a job leaving `leased` must hand over (none: nothing to do)."""
+    spec = registry.kind_version(kind, kind_version) or registry.kind_latest_or_none(kind)
+    keys = admission_lock_keys(
+        kind=kind, tenant_id=tenant_id, serialization_key=serialization_key, spec=spec
+    )
+    return spec, keys
+
+
 def admission_handoff(
     *,
     job_id: UUID,
@@ -120,9 +140,11 @@ def admission_handoff(
     left_active: bool,
 ) -> None:
     """A job left `leased` (and maybe the active states): give its turn to the next in line."""
-    spec = registry.kind_version(kind, kind_version) or registry.kind_latest_or_none(kind)
-    keys = admission_lock_keys(
-        kind=kind, tenant_id=tenant_id, serialization_key=serialization_key, spec=spec
+    spec, keys = handoff_keys(
+        kind=kind,
+        kind_version=kind_version,
+        tenant_id=tenant_id,
+        serialization_key=serialization_key,
     )
     if not keys:
         return
@@ -151,10 +173,4 @@ def admission_handoff(
         if nxt.pk in seen:
             continue
         seen.add(nxt.pk)
-        nxt_spec = registry.kind_version(nxt.kind, nxt.kind_version)
-        job_enqueue_execute(
-            job_id=nxt.pk,
-            queue=nxt_spec.queue if nxt_spec else "jobs",
-            generation_hint=nxt.generation,
-            available_at=nxt.next_attempt_at,
-        )
+        job_enqueue_execute(nxt, available_at=nxt.next_attempt_at)

@@ -1,16 +1,21 @@
 """Leases and fencing: claim a job, keep it alive, and write only while still its owner.
 
-Claim protocol (`job_claim`), one transaction:
+Claim protocol (`job_claim_id`): one call of the database function `jobs_claim` (migration
+0006), one transaction:
   1. Lock the row if it is claimable now: due `queued`/`retry_wait`, or `leased` with an expired
      lease; for a serialization key, only the oldest active job of that key; within the
      tenant's and kind's concurrency caps. SKIP LOCKED: a concurrent claimer wins, we miss.
   2. UPDATE it to `leased` with generation+1, attempt+1, our name and a lease on the database
-     clock; insert the JobEvent; commit. A crash after the commit leaves a leased job whose
-     lease expires: the reaper moves it to retry_wait (the attempt counts) and re-enqueues it.
+     clock; insert the JobEvent; return the input; commit. A crash after the commit leaves a
+     leased job whose lease expires: the reaper moves it to retry_wait (the attempt counts)
+     and re-enqueues it.
+The claim's commit does not wait for its WAL flush. If a database crash loses it, the job is
+back to its previous state and nothing of this attempt is durable: every later write of ours
+is fenced by (generation, owner token) and commits synchronously, which would have flushed the
+claim first. A new claim after the crash may reuse the generation number, never our token.
 Every later write by this worker is a conditional UPDATE on (id, generation, lease_owner,
-state='leased'); the owner token is unique per claim (worker name, a random nonce, pid), so the
-fence holds even if a database crash lost an (asynchronously committed) claim and the number
-was handed out again. Zero rows: `LeaseLost`, rolled back and counted.
+state='leased'); the owner token is unique per claim (worker name, a random nonce, pid).
+Zero rows: `LeaseLost`, rolled back and counted.
 """
 
 from __future__ import annotations
@@ -21,16 +26,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import QuerySet
 
 from . import registry
-from .dispatch import admission_lock, admission_lock_keys
 from .exceptions import LeaseLost
-from .models import Job, JobEvent
+from .models import Job
 from .signals import STALE_WRITES_REJECTED, signal_increment
 from .states import JobState
 
@@ -66,121 +72,124 @@ class Lease:
         }
 
 
-_CLAIM_SQL = """
-WITH target AS (
-    SELECT j.id, j.state AS previous_state
-    FROM jobs_job j
-    WHERE j.id = %(id)s
-      AND (
-        (j.state IN ('queued', 'retry_wait') AND j.next_attempt_at <= clock_timestamp())
-        -- Taking over an expired lease spends an attempt: only within budget, else the
-        -- reaper quarantines it (a poison job redelivered on worker loss must not loop).
-        OR (j.state = 'leased' AND j.lease_until < now() AND j.attempt < j.max_attempts
-            AND (j.deadline IS NULL OR j.deadline > now()))
-      )
-      AND (
-        j.serialization_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM jobs_job e
-          WHERE e.serialization_key = j.serialization_key
-            AND e.state IN ('queued', 'leased', 'retry_wait')
-            AND (e.created_at, e.id) < (j.created_at, j.id)
-        )
-      )
-      AND (
-        %(tenant_limit)s::int IS NULL OR j.tenant_id IS NULL OR (
-          SELECT count(*) FROM jobs_job t
-          WHERE t.tenant_id = j.tenant_id AND t.kind = j.kind AND t.state = 'leased'
-            AND t.id <> j.id
-        ) < %(tenant_limit)s::int
-      )
-      AND (
-        %(kind_limit)s::int IS NULL OR (
-          SELECT count(*) FROM jobs_job k
-          WHERE k.kind = j.kind AND k.state = 'leased' AND k.id <> j.id
-        ) < %(kind_limit)s::int
-      )
-    FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE jobs_job AS j SET
-    state = 'leased',
-    generation = j.generation + 1,
-    attempt = j.attempt + 1,
-    lease_owner = %(worker)s,
-    lease_until = now() + make_interval(secs => %(lease)s),
-    heartbeat_at = now(),
-    started_at = COALESCE(j.started_at, now()),
-    updated_at = now()
-FROM target
-WHERE j.id = target.id
-RETURNING j.generation, j.attempt, j.kind, j.kind_version, j.input_version, j.owner_id,
-          j.tenant_id, j.serialization_key, j.deadline, target.previous_state, now()
-"""
+class ClaimStatus(StrEnum):
+    """What `jobs_claim` answered (migration 0006)."""
+
+    CLAIMED = "claimed"
+    MISSING = "missing"
+    FINISHED = "finished"  # terminal or quarantined: a duplicate delivery
+    BUSY = "busy"  # a live lease elsewhere: a duplicate delivery
+    EARLY = "early"  # not due yet
+    WAITING = "waiting"  # not its turn (key, caps), a concurrent claimer, or out of budget
+    MISMATCH = "mismatch"  # the kind guessed by the caller was wrong
 
 
-def _claim_limits(job: Job) -> tuple[registry.KindSpec | None, int | None, int | None]:
-    spec = registry.kind_version(job.kind, job.kind_version)
-    return (spec, spec.tenant_limit, spec.kind_limit) if spec else (None, None, None)
+@dataclass(frozen=True)
+class Claim:
+    """The answer of one claim attempt; `lease` and `input` only when CLAIMED."""
+
+    status: ClaimStatus
+    job_id: UUID
+    kind: str | None = None
+    kind_version: int | None = None
+    lease: Lease | None = None
+    input: Any = None
+    cancel_requested: bool = False
 
 
-def job_claim(job: Job, *, worker: str, lease_seconds: float) -> Lease | None:
-    """Take the lease of `job` (see module docstring); None when it is not ours to run now."""
-    spec, tenant_limit, kind_limit = _claim_limits(job)
-    lock_keys = admission_lock_keys(
-        kind=job.kind, tenant_id=job.tenant_id, serialization_key=None, spec=spec
-    )
+_CLAIM_SQL = "SELECT * FROM jobs_claim(%s, %s, %s, %s, %s, %s, %s)"
+
+
+def _claim_once(
+    job_id: UUID,
+    *,
+    worker: str,
+    kind: str | None,
+    kind_version: int | None,
+    lease_seconds: float | None,
+) -> Claim:
+    spec = registry.kind_version(kind, kind_version) if kind and kind_version else None
+    if lease_seconds is None:
+        lease_seconds = spec.lease_seconds if spec else settings.JOBS_DEFAULT_LEASE_SECONDS
+    params = [
+        job_id,
+        kind,
+        kind_version,
+        worker,
+        lease_seconds,
+        spec.tenant_limit if spec else None,
+        spec.kind_limit if spec else None,
+    ]
     try:
-        with transaction.atomic():
-            # Caps are counts over other rows: claimers of one tenant/kind take turns.
-            admission_lock(lock_keys)
-            with connection.cursor() as cursor:
-                # The claim need not wait for its WAL flush. If a database crash loses it, the
-                # job is back to its previous state and nothing of this attempt is durable:
-                # every later write of ours is fenced by (generation, owner token) and commits
-                # synchronously, which would have flushed the claim first. A new claim after
-                # the crash may reuse the generation number, but never our owner token.
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-                cursor.execute(
-                    _CLAIM_SQL,
-                    {
-                        "id": job.id,
-                        "worker": worker,
-                        "lease": lease_seconds,
-                        "tenant_limit": tenant_limit,
-                        "kind_limit": kind_limit,
-                    },
-                )
-                row = cursor.fetchone()
-            if row is None:
-                return None
-            lease = Lease(
-                job_id=job.id,
-                generation=row[0],
-                attempt=row[1],
-                worker=worker,
-                lease_seconds=lease_seconds,
-                kind=row[2],
-                kind_version=row[3],
-                input_version=row[4],
-                owner_id=row[5],
-                tenant_id=row[6],
-                serialization_key=row[7],
-                deadline=row[8],
-                previous_state=row[9],
-                claimed_at=row[10],
-            )
-            JobEvent.objects.create(
-                job_id=job.id,
-                from_state=lease.previous_state,
-                to_state=JobState.LEASED.value,
-                generation=lease.generation,
-                attempt=lease.attempt,
-                worker=worker,
-                reason="claimed" if lease.previous_state != "leased" else "took over expired lease",
-            )
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_SQL, params)
+            row = cursor.fetchone()
     except IntegrityError:
         # jobs_job_one_leased_per_serialization_key: another job of the key holds it.
-        return None
-    return lease
+        return Claim(ClaimStatus.WAITING, job_id, kind, kind_version)
+    status = ClaimStatus(row[0])
+    if status is not ClaimStatus.CLAIMED:
+        return Claim(status, job_id, row[3], row[4])
+    lease = Lease(
+        job_id=job_id,
+        generation=row[1],
+        attempt=row[2],
+        worker=worker,
+        lease_seconds=lease_seconds,
+        kind=row[3],
+        kind_version=row[4],
+        input_version=row[6],
+        owner_id=row[7],
+        tenant_id=row[8],
+        serialization_key=row[9],
+        deadline=row[10],
+        previous_state=row[12],
+        claimed_at=row[13],
+    )
+    # Django's backend hands jsonb over as text: decode it as the model field would.
+    job_input = Job._meta.get_field("input").from_db_value(row[5], None, connection)
+    return Claim(status, job_id, row[3], row[4], lease, job_input, bool(row[11]))
+
+
+def job_claim_id(
+    job_id: UUID | str,
+    *,
+    worker: str,
+    kind: str | None = None,
+    kind_version: int | None = None,
+    lease_seconds: float | None = None,
+) -> Claim:
+    """Take the lease of a job by id: one round trip when the caller knows its kind.
+
+    A message carries the job's kind and version as a hint; without it (or when it is wrong)
+    the database answers MISMATCH with the real kind and the claim is made again with it. A
+    kind version this worker does not know is still claimed (with the default lease) so the
+    caller can give it back without spending an attempt. `lease_seconds` overrides the kind's.
+    """
+    job_id = job_id if isinstance(job_id, UUID) else UUID(str(job_id))
+    claim = _claim_once(
+        job_id, worker=worker, kind=kind, kind_version=kind_version, lease_seconds=lease_seconds
+    )
+    if claim.status is ClaimStatus.MISMATCH:
+        claim = _claim_once(
+            job_id,
+            worker=worker,
+            kind=claim.kind,
+            kind_version=claim.kind_version,
+            lease_seconds=lease_seconds,
+        )
+    return claim
+
+
+def job_claim(job: Job, *, worker: str, lease_seconds: float | None = None) -> Lease | None:
+    """Take the lease of `job`; None when it is not ours to run now."""
+    return job_claim_id(
+        job.pk,
+        worker=worker,
+        kind=job.kind,
+        kind_version=job.kind_version,
+        lease_seconds=lease_seconds,
+    ).lease
 
 
 def fenced(lease: Lease) -> QuerySet[Job]:
@@ -191,6 +200,23 @@ def fenced(lease: Lease) -> QuerySet[Job]:
         lease_owner=lease.worker,
         state=JobState.LEASED.value,
     )
+
+
+_COMPLETE_SQL = "SELECT jobs_complete(%s, %s, %s, %s)"
+
+
+def lease_complete(lease: Lease, result: dict[str, Any]) -> None:
+    """leased -> succeeded with `result` and its JobEvent (database function `jobs_complete`),
+    fenced; LeaseLost when the lease is gone. In the caller's transaction if it has one,
+    else its own (one round trip)."""
+    value = Job._meta.get_field("result").get_db_prep_value(result, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_COMPLETE_SQL, [lease.job_id, lease.generation, lease.worker, value])
+        row = cursor.fetchone()
+    if not row or not row[0]:
+        raise LeaseLost(
+            f"job {lease.job_id}: generation {lease.generation} no longer holds the lease"
+        )
 
 
 def job_update_if_leased(lease: Lease, **fields: Any) -> None:
@@ -208,11 +234,15 @@ def report_stale_write(lease: Lease, where: str) -> None:
 
 
 @contextmanager
-def fenced_transaction(lease: Lease, where: str) -> Iterator[None]:
+def fenced_transaction(lease: Lease, where: str, *, atomic: bool = True) -> Iterator[None]:
     """`transaction.atomic` for a lease's writes: a LeaseLost inside rolls it back and is
-    counted and logged (report_stale_write) before it propagates."""
+    counted and logged (report_stale_write) before it propagates. atomic=False for a single
+    statement that is its own transaction."""
     try:
-        with transaction.atomic():
+        if atomic:
+            with transaction.atomic():
+                yield
+        else:
             yield
     except LeaseLost:
         report_stale_write(lease, where)

@@ -64,7 +64,7 @@ def quarantine_redrive(*, record_id: int, actor: str, note: str) -> Resolution:
             error_message="",
             cancel_requested_at=None,
         )
-        job_enqueue_execute(job_id=job.pk, queue=spec.queue, generation_hint=job.generation)
+        job_enqueue_execute(job)
         _resolve(record, status=QuarantineStatus.REDRIVEN, actor=actor, note=note)
     return Resolution(record.pk, str(job.pk), "redrive")
 

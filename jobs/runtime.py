@@ -1,8 +1,8 @@
 """`execute(job_id)`: the fenced worker protocol behind the `jobs.execute` Celery task.
 
-1. Load the job. Finished (terminal or quarantined): a duplicate delivery; ack and stop.
-2. Claim it (jobs.leases). Zero rows: a live lease elsewhere, not due yet, or not its turn
-   in its serialization key: ack and stop; the owner, the reaper or the outbox covers it.
+1-2. Claim it (jobs.leases, one database call that also returns the input). Finished
+   (terminal or quarantined) or a live lease elsewhere: a duplicate delivery; not due yet, or
+   not its turn: ack and stop; the owner, the reaper or the outbox covers it.
 3. A heartbeat thread extends the lease every lease/3; a lost lease makes ctx.cancelled
    true and every later fenced write raise LeaseLost.
 4. Run the handler. 5. Commit the outcome (success, scheduled retry, quarantine) in one
@@ -30,10 +30,8 @@ from . import registry, services
 from .context import JobContext
 from .exceptions import LeaseLost
 from .failpoints import failpoint
-from .leases import Heartbeat, Lease, job_claim
-from .models import Job
+from .leases import Claim, ClaimStatus, Heartbeat, Lease, job_claim_id
 from .retry import Action, Category, Decision, classify, decide
-from .selectors import job_get
 from .signals import (
     DEFERRED_DELIVERIES,
     DUPLICATE_DELIVERIES,
@@ -72,52 +70,57 @@ def worker_name() -> str:
     return f"{base}:{secrets.token_hex(3)}:{os.getpid()}"
 
 
-def _miss(job: Job) -> Outcome:
-    """Why a claim found nothing: a live lease elsewhere is a duplicate delivery; an early
-    message re-arms the job's wake-up; a job waiting for its turn is handed over later."""
-    job.refresh_from_db(fields=["state", "lease_until", "next_attempt_at"])
-    if job.is_finished or (
-        job.state == "leased" and job.lease_until and job.lease_until > timezone.now()
-    ):
+def _miss(claim: Claim) -> Outcome:
+    """Why a claim found nothing: a live lease elsewhere or a finished job is a duplicate
+    delivery; an early message re-arms the job's wake-up; a job waiting for its turn is
+    handed over later (or an expired lease out of budget goes to the reaper)."""
+    if claim.status in (ClaimStatus.FINISHED, ClaimStatus.BUSY):
         signal_increment(DUPLICATE_DELIVERIES)
+        logger.info("duplicate delivery", extra={"job_id": str(claim.job_id)})
         return Outcome.DUPLICATE
-    services.job_rearm_if_early(job_id=job.pk)
+    if claim.status is ClaimStatus.EARLY:
+        services.job_rearm_if_early(job_id=claim.job_id)
     signal_increment(DEFERRED_DELIVERIES)
     return Outcome.DEFERRED
 
 
-def execute(job_id: UUID | str, *, worker: str | None = None) -> ExecutionReport:
-    """Run one delivery of `job_id` through the fenced protocol (module docstring)."""
-    job = job_get(job_id)
-    if job is None:
+def execute(
+    job_id: UUID | str,
+    *,
+    worker: str | None = None,
+    kind: str | None = None,
+    kind_version: int | None = None,
+) -> ExecutionReport:
+    """Run one delivery of `job_id` through the fenced protocol (module docstring).
+
+    `kind` and `kind_version` are the message's hint (one round trip for the claim)."""
+    claim = job_claim_id(
+        job_id, worker=worker or worker_name(), kind=kind, kind_version=kind_version
+    )
+    if claim.status is ClaimStatus.MISSING:
         logger.error("delivery for unknown job", extra={"job_id": str(job_id)})
-        return ExecutionReport(Outcome.MISSING, str(job_id))
-    if job.is_finished:
-        signal_increment(DUPLICATE_DELIVERIES)
-        logger.info("duplicate delivery of a finished job", extra={"job_id": str(job.pk)})
-        return ExecutionReport(Outcome.DUPLICATE, str(job.pk))
-    spec = registry.kind_version(job.kind, job.kind_version)
-    lease_seconds = spec.lease_seconds if spec else settings.JOBS_DEFAULT_LEASE_SECONDS
-    lease = job_claim(job, worker=worker or worker_name(), lease_seconds=lease_seconds)
+        return ExecutionReport(Outcome.MISSING, str(claim.job_id))
+    lease = claim.lease
     if lease is None:
-        return ExecutionReport(_miss(job), str(job.pk))
+        return ExecutionReport(_miss(claim), str(claim.job_id))
     failpoint("worker.after_claim")
+    spec = registry.kind_version(lease.kind, lease.kind_version)
     if spec is None:
-        signal_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{job.kind}:v{job.kind_version}")
+        signal_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{lease.kind}:v{lease.kind_version}")
         services.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
-        return ExecutionReport(Outcome.INCOMPATIBLE, str(job.pk), lease.generation)
+        return ExecutionReport(Outcome.INCOMPATIBLE, str(lease.job_id), lease.generation)
     try:
-        outcome = _run_leased(job, lease, spec)
+        outcome = _run_leased(claim, lease, spec)
     except LeaseLost:
         logger.warning("lease lost; outcome discarded", extra=lease.log_extra())
         outcome = Outcome.STALE
     if outcome is not Outcome.STALE:
         failpoint("worker.after_complete_before_ack")
-    return ExecutionReport(outcome, str(job.pk), lease.generation)
+    return ExecutionReport(outcome, str(lease.job_id), lease.generation)
 
 
-def _run_leased(job: Job, lease: Lease, spec: registry.KindSpec) -> Outcome:
-    if job.cancel_requested_at is not None:
+def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
+    if claim.cancel_requested:
         # Taken over after its owner died with a cancel request pending: honour it, run nothing.
         services.job_cancel_finish(lease, reason="cancelled before this attempt started")
         return Outcome.CANCELLED
@@ -125,8 +128,8 @@ def _run_leased(job: Job, lease: Lease, spec: registry.KindSpec) -> Outcome:
     heartbeat = Heartbeat(lease, on_lost=ctx.mark_lost, on_cancel=ctx.mark_cancel_requested)
     heartbeat.start()
     try:
-        spec.validate(job.input)
-        result = spec.fn(ctx, job.input)
+        spec.validate(claim.input)
+        result = spec.fn(ctx, claim.input)
         error: BaseException | None = None
     except LeaseLost:
         raise

@@ -11,14 +11,14 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from . import dispatch, registry
 from .effects import effect_apply_local
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
-from .leases import Lease, fenced_transaction, job_update_if_leased
+from .leases import Lease, fenced_transaction, job_update_if_leased, lease_complete
 from .models import Job, JobEvent, QuarantineRecord, StoredObject, Tenant
 from .retry import Decision
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
@@ -228,7 +228,7 @@ def job_submit(
             job_event_record(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
             _supersede_older_versions(job)
             if dispatch.admission_open(job, spec):
-                job_enqueue_execute(job_id=job.pk, queue=spec.queue, generation_hint=0)
+                job_enqueue_execute(job)
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
         existing = _existing_for_replay(
@@ -281,44 +281,31 @@ def job_rearm_if_early(*, job_id: UUID) -> bool:
             return False  # due, so not early: it waits for its turn (admission hand-over)
         if OutboxEntry.objects.filter(job_id=job_id, published_at__isnull=True).exists():
             return False
-        spec = registry.kind_version(job.kind, job.kind_version)
-        job_enqueue_execute(
-            job_id=job.pk,
-            queue=spec.queue if spec else "jobs",
-            generation_hint=job.generation,
-            available_at=job.next_attempt_at,
-        )
+        job_enqueue_execute(job, available_at=job.next_attempt_at)
         return True
 
 
 def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[Any]) -> None:
-    """Success: result, state, local effects, event and successor commit together, fenced."""
-    with fenced_transaction(lease, "complete"):
-        now = timezone.now()
-        job_update_if_leased(
-            lease,
-            state=JobState.SUCCEEDED.value,
-            result=result,
-            finished_at=now,
-            error_category="",
-            error_message="",
-            updated_at=now,
-        )
+    """Success: result, state, local effects, event and successor commit together, fenced.
+
+    With nothing to commit beside the job's own row and event (no local effect, no admission
+    rule to hand over, no caller's transaction), that is one round trip and one commit."""
+    _, keys = dispatch.handoff_keys(
+        kind=lease.kind,
+        kind_version=lease.kind_version,
+        tenant_id=lease.tenant_id,
+        serialization_key=lease.serialization_key,
+    )
+    alone = not local_effects and not keys and not connection.in_atomic_block
+    with fenced_transaction(lease, "complete", atomic=not alone):
+        lease_complete(lease, result)
         for name, fn in local_effects:
             effect_apply_local(lease, name, fn)
-        job_event_record(
-            lease,
-            from_state=JobState.LEASED.value,
-            to_state=JobState.SUCCEEDED.value,
-            reason="completed",
-            worker=lease.worker,
-        )
         _handoff(lease, left_active=True)
 
 
 def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) -> None:
     """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time."""
-    spec = registry.kind_version(lease.kind, lease.kind_version)
     with fenced_transaction(lease, "retry"):
         now = timezone.now()
         due = now + timedelta(seconds=decision.delay)
@@ -338,12 +325,7 @@ def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) 
             worker=lease.worker,
             details={**decision.as_details(), "next_attempt_at": due.isoformat()},
         )
-        job_enqueue_execute(
-            job_id=lease.job_id,
-            queue=spec.queue if spec else "jobs",
-            generation_hint=lease.generation,
-            available_at=due,
-        )
+        job_enqueue_execute(lease, available_at=due)
         _handoff(lease, left_active=False)
 
 
@@ -402,12 +384,7 @@ def job_release_incompatible(lease: Lease, *, delay: float) -> None:
             worker=lease.worker,
             details={"decision": "release", "delay_seconds": delay},
         )
-        job_enqueue_execute(
-            job_id=lease.job_id,
-            queue="jobs",
-            generation_hint=lease.generation,
-            available_at=due,
-        )
+        job_enqueue_execute(lease, available_at=due)
         _handoff(lease, left_active=False)  # its lease slot is free, as after a retry
 
 

@@ -11,9 +11,14 @@ from .reaper import jobs_reap
 
 
 @shared_task(name="jobs.execute", ignore_result=True, acks_late=True)
-def execute(job_id: str, generation: int | None = None) -> None:
-    """Deliver one job; the message carries only its id and a generation hint."""
-    runtime.execute(job_id)
+def execute(
+    job_id: str,
+    generation: int | None = None,
+    kind: str | None = None,
+    kind_version: int | None = None,
+) -> None:
+    """Deliver one job; the message carries its id and hints (generation, kind, version)."""
+    runtime.execute(job_id, kind=kind, kind_version=kind_version)
 
 
 @shared_task(name="jobs.maintenance.reap", ignore_result=False)

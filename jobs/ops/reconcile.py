@@ -121,13 +121,7 @@ def _repair_batch(job_ids: list[UUID], *, stale_after: float) -> list[str]:
         for job in locked:
             if _blocked_by_caps(job):
                 continue
-            spec = registry.kind_version(job.kind, job.kind_version)
-            job_enqueue_execute(
-                job_id=job.pk,
-                queue=spec.queue if spec else "jobs",
-                generation_hint=job.generation,
-                fast_path=False,
-            )
+            job_enqueue_execute(job, fast_path=False)
             job_event_record(
                 job,
                 from_state=job.state,

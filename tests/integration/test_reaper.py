@@ -67,7 +67,12 @@ def test_expired_lease_becomes_retry_wait__within_budget(user: Any) -> None:
     assert 0 <= event.details["delay_seconds"] <= backoff_ceiling(1, base=1.0, cap=300.0)
     entry = OutboxEntry.objects.get(job_id=job.pk)
     assert entry.available_at == job.next_attempt_at
-    assert entry.kwargs == {"job_id": str(job.pk), "generation": 1}
+    assert entry.kwargs == {
+        "job_id": str(job.pk),
+        "generation": 1,
+        "kind": job.kind,
+        "kind_version": job.kind_version,
+    }
     assert signal_value(EXPIRED_LEASES) == 1
 
 
