@@ -270,9 +270,9 @@ def scenario_submit(b: Bench) -> dict[str, Any]:
     fast_publish: list[float] = []
     real_publish = relay.outbox_publish_after_commit
 
-    def timed_publish(ids: list[int]) -> None:
+    def timed_publish(rows: list[Any]) -> None:
         started = time.perf_counter()
-        real_publish(ids)
+        real_publish(rows)
         fast_publish.append(time.perf_counter() - started)
 
     def durable(fast: bool) -> Callable[[], Any]:

@@ -21,7 +21,8 @@ from uuid import UUID
 from django.db import connection
 from django.db.models import QuerySet
 
-from outbox.services import outbox_enqueue
+from outbox.models import OutboxEntry
+from outbox.services import outbox_entry_new, outbox_save
 
 from . import registry
 from .leases import Lease
@@ -33,19 +34,19 @@ _ACTIVE = [s.value for s in ACTIVE]
 _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 
-def job_enqueue_execute(
+def job_execute_message(
     job: Job | Lease,
     *,
     available_at: datetime | None = None,
     fast_path: bool | None = None,
-) -> None:
-    """The one way work reaches a worker: an outbox row in the caller's transaction.
+) -> OutboxEntry:
+    """The (unsaved) outbox row that brings `job` to a worker.
 
     The message carries the job's id plus hints a worker uses to claim it in one round trip
     (generation, kind, kind version); the database row stays the only truth."""
     job_id = job.job_id if isinstance(job, Lease) else job.pk
     spec = registry.kind_version(job.kind, job.kind_version)
-    outbox_enqueue(
+    return outbox_entry_new(
         task_name=EXECUTE_TASK,
         queue=spec.queue if spec else "jobs",
         job_id=job_id,
@@ -58,6 +59,16 @@ def job_enqueue_execute(
         available_at=available_at,
         fast_path=fast_path,
     )
+
+
+def job_enqueue_execute(
+    job: Job | Lease,
+    *,
+    available_at: datetime | None = None,
+    fast_path: bool | None = None,
+) -> None:
+    """The one way work reaches a worker: an outbox row in the caller's transaction."""
+    outbox_save(job_execute_message(job, available_at=available_at, fast_path=fast_path))
 
 
 def admission_lock_keys(

@@ -20,6 +20,7 @@ Zero rows: `LeaseLost`, rolled back and counted.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -146,8 +147,8 @@ def _claim_once(
         previous_state=row[12],
         claimed_at=row[13],
     )
-    # Django's backend hands jsonb over as text: decode it as the model field would.
-    job_input = Job._meta.get_field("input").from_db_value(row[5], None, connection)
+    # Django's backend hands jsonb over as text (Job.input has no custom decoder).
+    job_input = json.loads(row[5]) if isinstance(row[5], str) else row[5]
     return Claim(status, job_id, row[3], row[4], lease, job_input, bool(row[11]))
 
 

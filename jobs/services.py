@@ -15,9 +15,12 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from outbox.services import outbox_after_commit
+
 from . import dispatch, registry
 from .effects import effect_apply_local
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
+from .inserts import insert_together
 from .leases import Lease, fenced_transaction, job_update_if_leased, lease_complete
 from .models import Job, JobEvent, QuarantineRecord, StoredObject, Tenant
 from .retry import Decision
@@ -56,7 +59,7 @@ def job_request_fingerprint(
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
-def job_event_record(
+def job_event_new(
     job: Job | Lease,
     *,
     from_state: str,
@@ -66,8 +69,9 @@ def job_event_record(
     actor: str = "",
     details: dict[str, Any] | None = None,
 ) -> JobEvent:
+    """An unsaved JobEvent of `job` at its current generation and attempt."""
     job_id = job.job_id if isinstance(job, Lease) else job.pk
-    return JobEvent.objects.create(
+    return JobEvent(
         job_id=job_id,
         from_state=from_state,
         to_state=to_state,
@@ -78,6 +82,29 @@ def job_event_record(
         reason=reason[:500],
         details=details or {},
     )
+
+
+def job_event_record(
+    job: Job | Lease,
+    *,
+    from_state: str,
+    to_state: str,
+    reason: str,
+    worker: str = "",
+    actor: str = "",
+    details: dict[str, Any] | None = None,
+) -> JobEvent:
+    event = job_event_new(
+        job,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        worker=worker,
+        actor=actor,
+        details=details,
+    )
+    event.save()
+    return event
 
 
 def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
@@ -205,30 +232,45 @@ def job_submit(
     if existing is not None:
         return _check_replay(existing, fingerprint)
     now = timezone.now()
+    keys = dispatch.admission_lock_keys(
+        kind=kind,
+        tenant_id=tenant.pk if tenant else None,
+        serialization_key=serialization_key,
+        spec=spec,
+    )
+    job = Job(
+        kind=kind,
+        kind_version=spec.version,
+        owner=owner,
+        tenant=tenant,
+        business_key=business_key,
+        input_version=input_version,
+        idempotency_key=idempotency_key,
+        request_fingerprint=fingerprint,
+        input=input,
+        input_ref=input_ref,
+        serialization_key=serialization_key,
+        replay_of=replay_of,
+        state=JobState.QUEUED.value,
+        max_attempts=spec.policy.max_attempts,
+        next_attempt_at=now,
+        deadline=now + timedelta(seconds=spec.policy.max_elapsed),
+    )
+    accepted = job_event_new(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
     try:
-        with transaction.atomic():
-            job = Job.objects.create(
-                kind=kind,
-                kind_version=spec.version,
-                owner=owner,
-                tenant=tenant,
-                business_key=business_key,
-                input_version=input_version,
-                idempotency_key=idempotency_key,
-                request_fingerprint=fingerprint,
-                input=input,
-                input_ref=input_ref,
-                serialization_key=serialization_key,
-                replay_of=replay_of,
-                state=JobState.QUEUED.value,
-                max_attempts=spec.policy.max_attempts,
-                next_attempt_at=now,
-                deadline=now + timedelta(seconds=spec.policy.max_elapsed),
-            )
-            job_event_record(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
-            _supersede_older_versions(job)
-            if dispatch.admission_open(job, spec):
-                job_enqueue_execute(job)
+        if business_key or keys or connection.in_atomic_block:
+            # Older versions to supersede, admission rules to check under their locks, or the
+            # caller's own rows: one transaction.
+            with transaction.atomic():
+                insert_together(job, accepted)
+                _supersede_older_versions(job)
+                if dispatch.admission_open(job, spec):
+                    job_enqueue_execute(job)
+        else:
+            # Nothing else to decide: job, event and outbox row in one statement and commit.
+            message = dispatch.job_execute_message(job)
+            insert_together(job, accepted, message)
+            outbox_after_commit(message)
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
         existing = _existing_for_replay(

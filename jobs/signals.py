@@ -22,11 +22,7 @@ INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 RELAY_PUBLISHED = "relay_published_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 
-_UPSERT = """
-INSERT INTO jobs_signal (name, label, value, updated_at) VALUES (%s, %s, %s, now())
-ON CONFLICT (name, label) DO UPDATE SET value = jobs_signal.value + EXCLUDED.value,
-updated_at = now()
-"""
+_UPSERT = "SELECT jobs_signal_add(%s, %s, %s)"  # an upsert (migration 0007)
 
 
 def signal_increment(name: str, *, label: str = "", by: int = 1) -> None:

@@ -26,7 +26,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs.failpoints import failpoint
-from jobs.signals import RELAY_PUBLISHED, signal_increment
+from jobs.signals import RELAY_PUBLISHED
 
 from .models import OutboxEntry
 
@@ -86,12 +86,17 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
 
 
 def outbox_mark_published(ids: list[int]) -> int:
-    """Step 3: one UPDATE; rows published by someone else meanwhile are left alone."""
+    """Step 3: one call of `outbox_mark_published` (migration 0002): rows published by
+    someone else meanwhile are left alone; counts relay_published_total; its commit does not
+    wait for the WAL flush (a lost mark only republishes, and the claim absorbs that)."""
     if not ids:
         return 0
-    return OutboxEntry.objects.filter(id__in=ids, published_at__isnull=True).update(
-        published_at=timezone.now(), reserved_until=None, last_error=""
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT outbox_mark_published(%s::bigint[], %s)", [ids, RELAY_PUBLISHED]
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None:
@@ -111,14 +116,7 @@ def _publish_and_mark(rows: list[OutboxEntry]) -> RelayResult:
     except Exception as exc:  # no broker connection at all: every row backs off
         done, errors = [], {row.id: f"{type(exc).__name__}: {exc}"[:500] for row in rows}
     failpoint("relay.after_publish_before_mark")
-    if done:
-        with transaction.atomic():
-            # A mark lost in a database crash only republishes (a duplicate message, which
-            # the worker's claim absorbs), so this commit need not wait for its WAL flush.
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            outbox_mark_published(done)
-            signal_increment(RELAY_PUBLISHED, by=len(done))
+    outbox_mark_published(done)
     outbox_mark_failed(errors, {row.id: row.publish_attempts + 1 for row in rows})
     return RelayResult(
         reserved=len(rows), published=len(done), failed=len(errors), errors=list(errors.values())
@@ -148,20 +146,16 @@ def outbox_relay_until_empty(*, time_budget: float = 5.0) -> RelayResult:
     return total
 
 
-def outbox_publish_after_commit(ids: list[int]) -> None:
-    """Fast path: publish rows this process reserved at enqueue, right after the commit.
+def outbox_publish_after_commit(rows: list[OutboxEntry]) -> None:
+    """Fast path: publish rows this process reserved and just committed, from memory.
 
     Never raises: the transaction already committed, so the caller's answer stands; a row
     that fails here is published by the relay when its reservation lapses.
     """
     failpoint("submit.after_commit_before_publish")
     try:
-        rows = list(
-            OutboxEntry.objects.filter(id__in=ids, published_at__isnull=True).only(
-                "id", "task_name", "queue", "kwargs", "publish_attempts"
-            )
-        )
-        if rows:
-            _publish_and_mark(rows)
+        _publish_and_mark(rows)
     except Exception:
-        logger.exception("outbox fast path failed; the relay will publish", extra={"ids": ids})
+        logger.exception(
+            "outbox fast path failed; the relay will publish", extra={"ids": [r.id for r in rows]}
+        )

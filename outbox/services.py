@@ -15,7 +15,7 @@ from jobs.exceptions import OutboxOutsideTransaction
 from .models import OutboxEntry
 
 
-def outbox_enqueue(
+def outbox_entry_new(
     *,
     task_name: str,
     queue: str,
@@ -24,20 +24,14 @@ def outbox_enqueue(
     available_at: datetime | None = None,
     fast_path: bool | None = None,
 ) -> OutboxEntry:
-    """Record an intent to publish; it commits (or rolls back) with the caller's rows.
-
-    With the fast path, the row is reserved for this process and published right after the
-    commit; if this process dies first, the reservation lapses and the relay publishes it.
-    """
-    if not connection.in_atomic_block:
-        raise OutboxOutsideTransaction(
-            "outbox_enqueue must run inside transaction.atomic(), with the rows it announces"
-        )
+    """An unsaved outbox row. With the fast path (due now), it is reserved for this process,
+    which publishes it right after the commit (`outbox_after_commit`); if this process dies
+    first, the reservation lapses and the relay publishes it."""
     now = timezone.now()
     due = available_at or now
     use_fast_path = settings.OUTBOX_FAST_PATH if fast_path is None else fast_path
     use_fast_path = use_fast_path and due <= now
-    entry = OutboxEntry.objects.create(
+    return OutboxEntry(
         task_name=task_name,
         queue=queue,
         job_id=job_id,
@@ -47,12 +41,52 @@ def outbox_enqueue(
             now + timedelta(seconds=settings.OUTBOX_RESERVATION_SECONDS) if use_fast_path else None
         ),
     )
-    if use_fast_path:
-        from .relay import outbox_publish_after_commit
 
-        entry_id = entry.id
-        transaction.on_commit(lambda: outbox_publish_after_commit([entry_id]))
+
+def outbox_after_commit(entry: OutboxEntry) -> None:
+    """Fast path for a saved row reserved by `outbox_entry_new`: publish it once its
+    transaction commits (now, if it was written by a statement that committed itself)."""
+    if entry.reserved_until is None:
+        return
+    from .relay import outbox_publish_after_commit
+
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: outbox_publish_after_commit([entry]))
+    else:
+        outbox_publish_after_commit([entry])
+
+
+def outbox_save(entry: OutboxEntry) -> OutboxEntry:
+    """Save a new row in the caller's transaction; it commits (or rolls back) with their rows."""
+    if not connection.in_atomic_block:
+        raise OutboxOutsideTransaction(
+            "outbox_enqueue must run inside transaction.atomic(), with the rows it announces"
+        )
+    entry.save()
+    outbox_after_commit(entry)
     return entry
+
+
+def outbox_enqueue(
+    *,
+    task_name: str,
+    queue: str,
+    job_id: UUID | None = None,
+    kwargs: dict[str, Any] | None = None,
+    available_at: datetime | None = None,
+    fast_path: bool | None = None,
+) -> OutboxEntry:
+    """Record an intent to publish; it commits (or rolls back) with the caller's rows."""
+    return outbox_save(
+        outbox_entry_new(
+            task_name=task_name,
+            queue=queue,
+            job_id=job_id,
+            kwargs=kwargs,
+            available_at=available_at,
+            fast_path=fast_path,
+        )
+    )
 
 
 def outbox_prune(*, older_than: timedelta | None = None, batch: int = 5000) -> int:

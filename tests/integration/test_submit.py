@@ -172,3 +172,25 @@ def test_submit_same_key_different_body_concurrently__one_job_and_conflicts(user
     assert outcomes.count(winner) == threads_count // 2
     assert outcomes.count("conflict") == threads_count // 2
     assert Job.objects.count() == 1
+
+
+def test_submit_outside_a_transaction__one_statement_then_published_and_counted(
+    harness: Harness, user: Any
+) -> None:
+    from jobs.signals import RELAY_PUBLISHED, signal_value
+
+    before = signal_value(RELAY_PUBLISHED)
+    job = jobs.submit(kind="noop", input={"n": 2}, owner=user)
+
+    assert broker_queue_length(harness) == 1
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+    assert entry.published_at is not None and entry.reserved_until is None
+    assert entry.kwargs == {
+        "job_id": str(job.pk),
+        "generation": 0,
+        "kind": "noop",
+        "kind_version": job.kind_version,
+    }
+    assert signal_value(RELAY_PUBLISHED) == before + 1
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.state, stored.created_at) == ("queued", job.created_at)
