@@ -49,11 +49,19 @@ class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     kind = models.CharField(max_length=100)
     kind_version = models.PositiveIntegerField(default=1)
+    # Foreign keys carry no index of their own: (owner, -created_at) and (tenant, -created_at)
+    # lead with them, and the two rarely-set ones have partial indexes (Meta). Every index is
+    # written on each of a job's row versions (accept, claim, finish): fewer is faster.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False
     )
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        db_index=False,
     )
     business_key = models.CharField(max_length=200, null=True, blank=True)
     input_version = models.PositiveIntegerField(default=1)
@@ -61,11 +69,21 @@ class Job(models.Model):
     request_fingerprint = models.CharField(max_length=64)
     input = models.JSONField(default=dict, blank=True)
     input_ref = models.ForeignKey(
-        StoredObject, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+        StoredObject,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        db_index=False,
     )
     serialization_key = models.CharField(max_length=200, null=True, blank=True)
     replay_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="replays",
+        db_index=False,
     )
 
     state = models.CharField(max_length=20, choices=choices(), default=JobState.QUEUED.value)
@@ -168,7 +186,21 @@ class Job(models.Model):
             models.Index(fields=["state", "kind"], name="jobs_job_state_kind_idx"),
             models.Index(fields=["tenant", "-created_at"], name="jobs_job_tenant_created_idx"),
             models.Index(fields=["owner", "-created_at"], name="jobs_job_owner_created_idx"),
-            models.Index(fields=["finished_at"], name="jobs_job_finished_idx"),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="jobs_job_finished_idx",
+            ),
+            models.Index(
+                fields=["input_ref"],
+                condition=Q(input_ref__isnull=False),
+                name="jobs_job_input_ref_idx",
+            ),
+            models.Index(
+                fields=["replay_of"],
+                condition=Q(replay_of__isnull=False),
+                name="jobs_job_replay_of_idx",
+            ),
             # Accepted per minute on /ops/ and reconciliation windows read by creation time.
             models.Index(fields=["created_at"], name="jobs_job_created_idx"),
         ]
@@ -188,7 +220,8 @@ class Job(models.Model):
 class JobEvent(models.Model):
     """Append-only trail of every transition: the traceable record of an accepted job."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: (job, at) leads with it.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
     from_state = models.CharField(max_length=20, blank=True, default="")
     to_state = models.CharField(max_length=20)
     generation = models.PositiveBigIntegerField()

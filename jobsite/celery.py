@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from celery import Celery
@@ -27,12 +28,29 @@ app.conf["CELERY_DB_REUSE_MAX"] = int(os.environ.get("JOBS_DB_REUSE_MAX", "10000
 app.autodiscover_tasks()
 
 
+# Django's health check costs a `SELECT 1` round trip per job. A connection the previous task
+# used less than this long ago skips it: a database restart inside that window fails the next
+# task's first query like a restart during a task would (the job stays in the table, the
+# reconciler re-enqueues it), and the broken connection is then closed and replaced.
+HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
+_last_task_end = {"at": float("-inf")}
+
+
 @task_prerun.connect
+def _before_task(**kwargs: Any) -> None:
+    from django.db import close_old_connections, connection
+
+    close_old_connections()
+    if time.monotonic() - _last_task_end["at"] < HEALTH_CHECK_AFTER_IDLE_SECONDS:
+        connection.health_check_done = True  # type: ignore[attr-defined]
+
+
 @task_postrun.connect
-def _close_stale_connections(**kwargs: Any) -> None:
+def _after_task(**kwargs: Any) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+    _last_task_end["at"] = time.monotonic()
 
 
 @worker_init.connect
