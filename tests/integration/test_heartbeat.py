@@ -1,0 +1,69 @@
+"""Heartbeats run on one thread per process and keep a lease alive past its length."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import jobs
+from jobs.leases import Heartbeat, job_claim
+from jobs.models import Job
+from jobs.signals import STALE_WRITES_REJECTED, signal_value
+from tests.harness import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _lease_until(job_id: Any) -> Any:
+    return Job.objects.values_list("lease_until", flat=True).get(pk=job_id)
+
+
+def test_lease_outlives_its_length_while_beating__then_stops_moving_after_stop(
+    user: Any,
+) -> None:
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    lease = job_claim(Job.objects.get(pk=job.pk), worker="w:1:1", lease_seconds=0.3)
+    assert lease is not None
+    lost = threading.Event()
+    heartbeat = Heartbeat(lease, on_lost=lost.set, on_cancel=lambda: None)
+    heartbeat.start()
+    first = _lease_until(job.pk)
+    # Three lease lengths later the lease has been extended, not expired.
+    wait_until(lambda: _lease_until(job.pk) > first, timeout=5, what="a heartbeat")
+    time.sleep(0.9)
+    assert _lease_until(job.pk) > first
+    assert not lost.is_set()
+    heartbeat.stop()
+    stopped_at = _lease_until(job.pk)
+    time.sleep(0.4)  # more than one interval (0.1 s): no beat after stop() returned
+    assert _lease_until(job.pk) == stopped_at
+
+
+def test_two_leases_beat_on_one_thread__a_lost_one_is_reported_once(user: Any) -> None:
+    a = jobs.submit(kind="noop", input={"n": 1}, owner=user)
+    b = jobs.submit(kind="noop", input={"n": 2}, owner=user)
+    lease_a = job_claim(Job.objects.get(pk=a.pk), worker="w:a:1", lease_seconds=0.3)
+    lease_b = job_claim(Job.objects.get(pk=b.pk), worker="w:b:1", lease_seconds=0.3)
+    assert lease_a is not None and lease_b is not None
+    lost_a, lost_b = threading.Event(), threading.Event()
+    beats = [
+        Heartbeat(lease_a, on_lost=lost_a.set, on_cancel=lambda: None),
+        Heartbeat(lease_b, on_lost=lost_b.set, on_cancel=lambda: None),
+    ]
+    threads_before = threading.active_count()
+    for heartbeat in beats:
+        heartbeat.start()
+    assert threading.active_count() <= max(threads_before, 1) + 1
+    stale_before = signal_value(STALE_WRITES_REJECTED)
+    # Another owner takes job a over: its next beat finds the fence gone.
+    Job.objects.filter(pk=a.pk).update(lease_owner="someone-else")
+    wait_until(lost_a.is_set, timeout=5, what="the lost lease to be noticed")
+    b_until = _lease_until(b.pk)
+    wait_until(lambda: _lease_until(b.pk) > b_until, timeout=5, what="b to keep beating")
+    for heartbeat in beats:
+        heartbeat.stop()
+    assert not lost_b.is_set()
+    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
