@@ -95,6 +95,7 @@ def measure(
 ) -> dict[str, float]:
     before = {
         "driver": driver_cpu(),
+        "worker_main": sum(proc_cpu(p) for p in worker_pids),
         "worker": sum(tree_cpu(p) for p in worker_pids),
         "postgres": postgres_cpu(),
         "redis": proc_cpu(redis_pid),
@@ -104,12 +105,13 @@ def measure(
     wall = time.perf_counter() - wall
     after = {
         "driver": driver_cpu(),
+        "worker_main": sum(proc_cpu(p) for p in worker_pids),
         "worker": sum(tree_cpu(p) for p in worker_pids),
         "postgres": postgres_cpu(),
         "redis": proc_cpu(redis_pid),
     }
     split = {k: (after[k] - before[k]) * 1000 / n for k in before}
-    split["total"] = sum(split.values())
+    split["total"] = sum(v for k, v in split.items() if k != "worker_main")
     split["jobs_per_s"] = n / wall
     cells = "  ".join(f"{k} {v:6.2f}" for k, v in split.items() if k != "jobs_per_s")
     print(f"{name:14s} {split['jobs_per_s']:7.1f} jobs/s   CPU ms/job: {cells}", flush=True)
@@ -125,7 +127,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
 
-    from bench.infra import Fleet, RedisCounters, db_name, db_url, ensure_database, private_redis
+    from bench.infra import (
+        Fleet,
+        RedisCounters,
+        db_name,
+        db_url,
+        ensure_database,
+        private_redis,
+        vacuum,
+    )
 
     main_db = db_name("main")
     ensure_database(main_db)
@@ -167,6 +177,7 @@ def main(argv: list[str]) -> int:
                     )
 
                 durable(50)
+                vacuum(main_db)
                 measure("durable", args.jobs, durable, [w.popen.pid], redis_pid)
                 fleet.stop(w)
             if "raw_celery" in wanted:
@@ -190,6 +201,7 @@ def main(argv: list[str]) -> int:
                     return proc.round(n, args.submitters)
 
                 procr(50)
+                vacuum(pdb)
                 measure("procrastinate", args.jobs, procr, [w.popen.pid], redis_pid)
                 fleet.stop(w)
                 proc.close()

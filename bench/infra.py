@@ -70,6 +70,16 @@ def xact_commits(name: str) -> int:
     return int(row[0]) if row else 0
 
 
+def vacuum(name: str) -> None:
+    """VACUUM (ANALYZE) a bench database, as autovacuum would between bursts.
+
+    This machine's PostgreSQL runs with autovacuum off; without this, dead row versions of
+    earlier rounds pile up and every contender that updates rows slows down run by run. Call
+    it before a block's commit counter is read: its own transactions are not the jobs'."""
+    with pg_connect(name) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+
+
 def settled_commits(name: str, *, timeout: float = 20.0) -> int:
     """xact_commit once no backend of `name` is left and the counter stopped moving.
 

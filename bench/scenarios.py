@@ -29,6 +29,7 @@ from bench.infra import (
     pg_connect,
     poll,
     settled_commits,
+    vacuum,
     wait_until,
 )
 
@@ -513,6 +514,8 @@ def scenario_e2e(
         log(f"  e2e: concurrency {c}")
         proc = ProcrastinateDriver(pdb) if with_procrastinate else None
         close_driver_db()
+        for db in [main] + ([pdb] if proc else []) + ([rdb] if with_reuse else []):
+            vacuum(db)
         base_main = settled_commits(main)
         base_proc = settled_commits(pdb) if proc else 0
         base_reuse = settled_commits(rdb) if with_reuse else 0
@@ -660,6 +663,9 @@ def scenario_scale(b: Bench) -> dict[str, Any]:
         owner = bench_owner()
         have = fill_jobs(db, rows, owner.pk)
         targets[label] = (db, i, owner, have)
+    close_driver_db()
+    for db, _, _, _ in targets.values():
+        vacuum(db)
     since = _db_now(db_name("main"))
     workers = [
         durable_worker(b, f"scale{label}", concurrency, db, broker_db)
@@ -732,6 +738,7 @@ def scenario_serial(b: Bench) -> dict[str, Any]:
             order = list(contenders)
             order = order[r % 2 :] + order[: r % 2]
             for name in order:
+                vacuum(main)  # both loads share the database: each round starts clean
                 result = contenders[name](b.jobs)
                 rounds[name].append(result)
                 log(f"    {name:10s} {result.throughput:8.1f} jobs/s")
