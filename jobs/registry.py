@@ -34,17 +34,23 @@ class KindSpec:
     tenant_limit: int | None = None
     kind_limit: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Built once: jsonschema.validate() would check the schema itself again on every call.
+    validator: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.input_schema is not None:
+            cls = jsonschema.validators.validator_for(self.input_schema)
+            cls.check_schema(self.input_schema)
+            object.__setattr__(self, "validator", cls(self.input_schema))
 
     def validate(self, data: Any) -> None:
-        if self.input_schema is None:
+        if self.validator is None:
             return
-        try:
-            jsonschema.validate(data, self.input_schema)
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise ValidationFailed(
-                f"input does not match {self.kind}: {where}: {exc.message}"
-            ) from None
+        # The most relevant error, as jsonschema.validate() reports it.
+        error = jsonschema.exceptions.best_match(self.validator.iter_errors(data))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise ValidationFailed(f"input does not match {self.kind}: {where}: {error.message}")
 
 
 _registry: dict[str, dict[int, KindSpec]] = {}

@@ -75,6 +75,9 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
                     queue=row.queue,
                     producer=producer,
                     ignore_result=True,
+                    # The body is a few ids: plain repr, not Celery's slower saferepr.
+                    argsrepr="()",
+                    kwargsrepr=repr(row.kwargs),
                     retry=True,
                     retry_policy={"max_retries": 2, "interval_start": 0.05},
                 )
