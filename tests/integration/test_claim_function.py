@@ -1,0 +1,63 @@
+"""The database claim (`jobs_claim`, migration 0006) agrees with the Python side it serves."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.db import connection
+
+import jobs
+from jobs.dispatch import admission_lock_keys
+from jobs.leases import ClaimStatus, job_claim_id
+from jobs.models import Job, JobEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("tenant_id", "tenant_limit", "kind_limit"),
+    [(None, None, None), (7, 2, None), (None, 2, None), (None, None, 3), (7, 2, 3)],
+)
+def test_claim_lock_keys_are_the_submission_keys_in_the_same_order(
+    tenant_id: int | None, tenant_limit: int | None, kind_limit: int | None
+) -> None:
+    """Claim and hand-over lock the same advisory keys in the same order (no deadlock, no
+    missed hand-over); the claim takes no serialization-key lock."""
+    spec: Any = SimpleNamespace(tenant_limit=tenant_limit, kind_limit=kind_limit)
+    expected = admission_lock_keys(
+        kind="report.generate", tenant_id=tenant_id, serialization_key=None, spec=spec
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT jobs_claim_lock_keys(%s, %s, %s, %s)",
+            ["report.generate", tenant_id, tenant_limit, kind_limit],
+        )
+        row = cursor.fetchone()
+    assert row is not None and list(row[0]) == expected
+
+
+def test_claim_without_a_kind_hint__asks_again_with_the_stored_kind(user: Any) -> None:
+    job = jobs.submit(kind="noop", input={"x": [1, 2]}, owner=user)
+    claim = job_claim_id(str(job.pk), worker="w:1:1")  # an old message: no kind, no version
+    assert claim.status is ClaimStatus.CLAIMED and claim.lease is not None
+    assert claim.input == {"x": [1, 2]}
+    assert (claim.lease.kind, claim.lease.generation, claim.lease.attempt) == ("noop", 1, 1)
+    trail = list(JobEvent.objects.filter(job=job).values_list("to_state", "generation"))
+    assert trail == [("queued", 0), ("leased", 1)]
+
+
+def test_claim_answers_why_it_did_not_claim(user: Any) -> None:
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    first = job_claim_id(job.pk, worker="w:1:1", kind="noop", kind_version=job.kind_version)
+    assert first.status is ClaimStatus.CLAIMED
+    again = job_claim_id(job.pk, worker="w:2:1", kind="noop", kind_version=job.kind_version)
+    assert again.status is ClaimStatus.BUSY and again.lease is None
+    Job.objects.filter(pk=job.pk).update(
+        state="succeeded", result={}, finished_at=job.created_at
+    )
+    done = job_claim_id(job.pk, worker="w:3:1", kind="noop", kind_version=job.kind_version)
+    assert done.status is ClaimStatus.FINISHED
+    missing = job_claim_id("00000000-0000-7000-8000-000000000000", worker="w:4:1")
+    assert missing.status is ClaimStatus.MISSING
