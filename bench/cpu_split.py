@@ -1,28 +1,21 @@
 """CPU milliseconds per job, split by process: where an end-to-end job spends the machine.
 
-Usage: PYTHONPATH=. python bench/cpu_split.py [--jobs 1000] [--concurrency 1] [--submitters 4]
-                                             [--only durable,raw_celery,procrastinate]
+Run it with `python bench/run_all.py --only cpu` (`--jobs 200` measures 1,000 jobs each).
 
 Throughput on a 2-core machine is bounded by the CPU every process spends per job: the
 submitting driver, the worker processes, PostgreSQL's backends and Redis. This prints that
 split for each contender, from /proc (utime + stime, children included), measured over one
-round of `--jobs` no-op jobs after a warm-up. Prints only.
+round of no-op jobs after a warm-up.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -118,97 +111,58 @@ def measure(
     return split
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--submitters", type=int, default=4)
-    parser.add_argument("--only", default="durable,raw_celery,procrastinate")
-    args = parser.parse_args(argv)
-    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+def scenario_cpu(b: Any) -> dict[str, Any]:
+    """CPU per job by process for each contender, one worker process each, `5 x --jobs` jobs
+    after a 50-job warm-up (the database vacuumed in between)."""
+    from bench import scenarios
+    from bench.infra import db_name, vacuum
 
-    from bench.infra import (
-        Fleet,
-        RedisCounters,
-        db_name,
-        db_url,
-        ensure_database,
-        private_redis,
-        vacuum,
-    )
-
+    assert b.redis.proc is not None
+    redis_pid = b.redis.proc.pid
+    n = 5 * b.jobs
     main_db = db_name("main")
-    ensure_database(main_db)
-    with private_redis() as server:
-        os.environ["DATABASE_URL"] = db_url(main_db)
-        os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{server.port}/0"
-        os.environ["BENCH_BROKER_URL"] = os.environ["CELERY_BROKER_URL"]
-        os.environ["CELERY_WORKER_SEND_TASK_EVENTS"] = "0"
-        os.environ["LOG_LEVEL"] = "WARNING"
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
-        import django
+    out: dict[str, Any] = {"jobs": n, "concurrency": 1, "submitters": b.submitters}
 
-        django.setup()
-        from bench import scenarios
+    scenarios.use_target(main_db, b.broker())
+    owner = scenarios.bench_owner()
+    w = scenarios.durable_worker(b, "cpu_durable", 1, main_db)
+    try:
 
-        fleet = Fleet()
-        b = scenarios.Bench(
-            redis=server,
-            counters=RedisCounters(server.port),
-            fleet=fleet,
-            jobs=args.jobs,
-            rounds=1,
-            submitters=args.submitters,
-            concurrencies=[args.concurrency],
-            quick=False,
-        )
-        assert server.proc is not None
-        redis_pid = server.proc.pid
-        c = args.concurrency
-        try:
-            if "durable" in wanted:
-                scenarios.use_target(main_db, b.broker())
-                owner = scenarios.bench_owner()
-                w = scenarios.durable_worker(b, "durable", c, main_db)
+        def durable(k: int) -> Any:
+            return scenarios.broker_round(b, "durable", k, lambda: scenarios.durable_submit(owner))
 
-                def durable(n: int) -> Any:
-                    return scenarios.broker_round(
-                        b, "durable", n, lambda: scenarios.durable_submit(owner)
-                    )
+        durable(50)
+        scenarios.close_driver_db()
+        vacuum(main_db)
+        out["durable"] = measure("durable", n, durable, [w.popen.pid], redis_pid)
+    finally:
+        b.fleet.stop(w)
 
-                durable(50)
-                vacuum(main_db)
-                measure("durable", args.jobs, durable, [w.popen.pid], redis_pid)
-                fleet.stop(w)
-            if "raw_celery" in wanted:
-                w = scenarios.raw_worker(b, c)
+    w = scenarios.raw_worker(b, 1)
+    try:
 
-                def raw(n: int) -> Any:
-                    return scenarios.broker_round(b, "raw", n, scenarios.raw_submit)
+        def raw(k: int) -> Any:
+            return scenarios.broker_round(b, "raw_celery", k, scenarios.raw_submit)
 
-                raw(50)
-                measure("raw_celery", args.jobs, raw, [w.popen.pid], redis_pid)
-                fleet.stop(w)
-            if "procrastinate" in wanted:
-                pdb = db_name("procrastinate")
-                scenarios.ensure_procrastinate_schema(pdb)
-                proc = scenarios.ProcrastinateDriver(pdb)
-                w = scenarios.procrastinate_worker(b, pdb, c)
-                proc.open()
-                time.sleep(1.0)  # its worker has no ready line; it polls and listens
+        raw(50)
+        out["raw_celery"] = measure("raw_celery", n, raw, [w.popen.pid], redis_pid)
+    finally:
+        b.fleet.stop(w)
 
-                def procr(n: int) -> Any:
-                    return proc.round(n, args.submitters)
+    pdb = db_name("procrastinate")
+    scenarios.ensure_procrastinate_schema(pdb)
+    proc = scenarios.ProcrastinateDriver(pdb)
+    w = scenarios.procrastinate_worker(b, pdb, 1)
+    proc.open()
+    try:
 
-                procr(50)
-                vacuum(pdb)
-                measure("procrastinate", args.jobs, procr, [w.popen.pid], redis_pid)
-                fleet.stop(w)
-                proc.close()
-        finally:
-            fleet.close()
-    return 0
+        def procrastinate(k: int) -> Any:
+            return proc.round(k, b.submitters)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        procrastinate(50)
+        vacuum(pdb)
+        out["procrastinate"] = measure("procrastinate", n, procrastinate, [w.popen.pid], redis_pid)
+    finally:
+        b.fleet.stop(w)
+        proc.close()
+    return out

@@ -203,6 +203,30 @@ def _tables(results: dict[str, Any]) -> list[str]:
             ]
             lines.append(f"- c={c}: " + "; ".join(parts))
         lines.append("")
+    cpu = results.get("cpu")
+    if cpu:
+        lines += [
+            "### 4b. CPU per job, by process (`bench/cpu_split.py`)",
+            "",
+            f"One worker process per contender, {cpu['jobs']:,} no-op jobs from "
+            f"{cpu['submitters']} driver threads after a warm-up; CPU time (user + system) "
+            "from /proc over the round, divided by the jobs. On 2 cores the total bounds "
+            "throughput once both are busy (c >= 2).",
+            "",
+            "| contender | jobs/s | driver | worker (all) | worker main | PostgreSQL | Redis "
+            "| total ms/job |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name in ("durable", "raw_celery", "procrastinate"):
+            row = cpu.get(name)
+            if row:
+                lines.append(
+                    f"| {name} | {_f(row['jobs_per_s'])} | {_f(row['driver'], 2)} | "
+                    f"{_f(row['worker'], 2)} | {_f(row['worker_main'], 2)} | "
+                    f"{_f(row['postgres'], 2)} | {_f(row['redis'], 2)} | "
+                    f"**{_f(row['total'], 2)}** |"
+                )
+        lines.append("")
     if lat:
         lines += [
             "### 5. Accept -> start (`Job.created_at` -> the `leased` JobEvent.at)",

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SCENARIOS = ["submit", "relay", "latency", "e2e", "scale", "serial"]
+SCENARIOS = ["submit", "relay", "latency", "e2e", "cpu", "scale", "serial"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -129,6 +129,10 @@ def main(argv: list[str]) -> int:
                         with_procrastinate=not args.no_procrastinate,
                         with_reuse=not args.no_proposals,
                     )
+                elif name == "cpu":
+                    from bench.cpu_split import scenario_cpu
+
+                    results[name] = scenario_cpu(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals
