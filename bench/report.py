@@ -371,39 +371,41 @@ def _findings(results: dict[str, Any]) -> list[str]:
         "",
         "## Where the time goes",
         "",
-        "- **Flushed commits are the cost.** On this shared machine a write commit waits "
-        "~8 ms for its WAL flush while a read round trip takes ~0.15 ms. A raw Celery no-op "
-        "commits nothing. A durable job now waits for two flushes (accept: job+event+outbox; "
-        "complete: result+event); the claim and the relay's mark commit with "
-        "`synchronous_commit off` (see docs/architecture.md: a crash-lost claim leaves "
-        "nothing durable behind and the owner token in the fence stops its worker). "
-        "Procrastinate pays three flushed commits but does each in one stored-procedure call "
-        "from an asyncio worker. Reaching 0.6x of raw Celery needs group commit across jobs "
-        "(`commit_delay`, or batched claims and completions), a redesign left for later.",
-        "- **Applied: workers keep their database connection** between tasks "
-        "(`CELERY_DB_REUSE_MAX`, Django's `close_old_connections()` around each task). "
-        "Before, Celery's Django fixup reconnected for every task (~17% of a worker's time "
-        "in py-spy); the earlier run of this bench measured 23 -> 56 jobs/s at c=1 and "
-        "accept -> start p50 37 -> 26 ms for this change alone.",
-        "- **Applied: the claim commits asynchronously**, fenced by (generation, per-claim "
-        "owner token); together with the connection reuse, durable throughput went from "
-        "23/20/33 jobs/s (c=1/2/4) in the first recorded run to the numbers above.",
-        "- **Applied: time-ordered job ids (UUIDv7).** Random UUIDv4 keys made every insert "
-        "touch a cold page of the primary-key index; with 1M rows that cost showed (0.79x of "
-        "the 10k-row throughput in one run). v7 keys insert at the right edge.",
-        "- **Applied:** the relay's mark (`published_at`) and its `relay_published_total` "
-        "counter commit in one transaction with `synchronous_commit off`: a mark lost "
-        "in a database crash only republishes a message, which the claim already absorbs "
-        "(the same window as a relay killed between publish and mark).",
-        "- **Smaller round-trip savings** (not applied): the fast path re-reads its outbox "
-        "row after commit (the on-commit callback could carry task, queue and kwargs); the "
-        "claim and the completion could insert their JobEvent in the same statement "
-        "(data-modifying CTE) instead of BEGIN/UPDATE/INSERT/COMMIT. Each saves read round "
-        "trips, not flushes, so a few percent at most here.",
-        "- **Hot counter row:** `relay_published_total` is one row that the fast path "
-        "updates once per job, from every web process; at high submit rates it serializes "
-        "publishers on its row lock. Aggregating per process (or deriving the count from "
-        "the outbox plus a pruned-rows counter) would avoid it.",
+        "- **On this machine the limit is CPU, not the disk.** `pg_test_fsync` measured "
+        "0.3-0.4 ms per flush on 2026-12-01 (an earlier machine took ~8 ms). With 2 cores "
+        "shared by the driver, the workers, PostgreSQL and Redis, throughput at c >= 2 is "
+        "about 2,000 ms / (CPU ms per job): see table 4b. Raw Celery spends ~5 ms of CPU "
+        "per no-op job, Procrastinate ~8-10, durable-jobs ~11-12.",
+        "- **Applied on 2026-12-01, measured with table 4b's tool** (CPU ms per job, "
+        "durable, before -> after): driver 7.8 -> 3.5, worker 10.2 -> 4.5, PostgreSQL "
+        "6.3 -> 3.2, total 24.8 -> 11.7; DB commits per job 7.1 -> 4.1. The changes: the "
+        "claim is one call of the PL/pgSQL function `jobs_claim` (cached plans; it returns "
+        "the input, so there is no separate read) and a plain completion one call of "
+        "`jobs_complete`; the submit's three rows go in one INSERT statement whose SQL is "
+        "compiled once; the fast path publishes from memory and marks with one call; "
+        "heartbeats run on one thread per process (starting and joining a thread per job "
+        "was a fifth of the worker's time); input schemas are compiled once; the per-task "
+        "health check is skipped while busy; five index writes per job-row version are gone.",
+        "- **Vacuum matters more than any of that.** This machine's PostgreSQL runs with "
+        "autovacuum off. Before the bench vacuumed its databases, 25,000 dead job rows "
+        "doubled the claim's PostgreSQL CPU (1.6 -> 0.75 ms after one `VACUUM`). Every "
+        "block of the bench now starts from a vacuumed database, as autovacuum would give.",
+        "- **Why 0.6x of raw Celery is out of reach for this design here.** Each job must "
+        "commit its row, event and outbox row before the 202, mark the outbox row after the "
+        "publish, claim and complete: four database calls, of which PostgreSQL alone spends "
+        "~3 ms of CPU per job (Procrastinate's three calls cost it about the same). Add "
+        "Celery's own ~3.5 ms (publish, the prefork pool and the ack, which raw Celery pays "
+        "too) and the floor is ~7.5 ms per job against raw Celery's ~5 ms: at most ~0.65x "
+        "even if every line of our Python cost nothing. Getting close needs work per job to "
+        "be shared across jobs: batched claims and completions (one worker process leasing "
+        "several jobs per round trip) or group commit in the web tier, both at odds with "
+        "one message per job and ack-after-commit per message. Not attempted.",
+        "- **What is left to try.** The fast path's mark (one round trip from the web tier, "
+        "~0.4 ms CPU there and ~0.4 ms in PostgreSQL) could move into the relay's sweep, "
+        "which would then mark rows whose job a worker already claimed instead of "
+        "republishing them; kombu's `Producer.batch()` would make the relay's sweep one "
+        "pipelined Redis round trip per batch; kombu builds a new redis-py client (with its "
+        "170-entry callback table) for every publish, which is a third of a publish.",
         "- **Table size is not a factor:** the claim is a primary-key lookup and the due / "
         "expired-lease indexes are partial (only active rows), so 1M finished rows leave "
         "the per-job plan unchanged (`EXPLAIN` of the claim: index scan on `jobs_job_pkey`).",

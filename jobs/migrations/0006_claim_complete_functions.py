@@ -133,8 +133,13 @@ BEGIN
               target.previous_state, now() AS claimed_at
     INTO ok;
     IF ok IS NULL THEN
+        -- Read again: a concurrent claimer or finisher may have moved it meanwhile.
+        SELECT j.state, j.kind, j.kind_version, j.tenant_id, j.lease_until, j.next_attempt_at
+          INTO cur FROM jobs_job j WHERE j.id = p_id;
         RETURN QUERY SELECT
             CASE
+                WHEN cur.state IN ('succeeded', 'failed', 'cancelled', 'quarantined')
+                     THEN 'finished'
                 WHEN cur.state = 'leased' AND cur.lease_until > now() THEN 'busy'
                 WHEN cur.state IN ('queued', 'retry_wait')
                      AND cur.next_attempt_at > clock_timestamp() THEN 'early'
