@@ -27,10 +27,9 @@ from outbox.services import outbox_entry_new, outbox_save
 from . import registry
 from .leases import Lease
 from .models import Job
-from .states import ACTIVE, JobState
+from .states import JobState
 
 EXECUTE_TASK = "jobs.execute"
-_ACTIVE = [s.value for s in ACTIVE]
 _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 
@@ -88,13 +87,34 @@ def admission_lock_keys(
     return sorted(keys)
 
 
-def admission_lock(keys: list[str]) -> None:
-    """Transaction-scoped advisory locks, always taken in sorted order (no deadlocks)."""
+def admission_lock(
+    keys: list[str], *, serialization_key: str | None = None, exclude: UUID | None = None
+) -> Job | None:
+    """Take the transaction-scoped advisory locks (sorted: no deadlocks), then return the
+    oldest active job of `serialization_key` other than `exclude`, in one round trip
+    (database function `jobs_admission_lock`, migration 0009). Its fields: id, state,
+    created_at, kind, kind_version, generation, next_attempt_at."""
     if not keys:
-        return
+        return None
     with connection.cursor() as cursor:
-        for key in keys:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [key])
+        cursor.execute(
+            "SELECT * FROM jobs_admission_lock(%s::text[], %s, %s)",
+            [keys, serialization_key, exclude],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    head = Job(
+        id=row[0],
+        state=row[1],
+        created_at=row[2],
+        kind=row[3],
+        kind_version=row[4],
+        generation=row[5],
+        next_attempt_at=row[6],
+    )
+    head._state.adding = False
+    return head
 
 
 def _others(job_id: UUID) -> QuerySet[Job]:
@@ -108,17 +128,10 @@ def admission_open(job: Job, spec: registry.KindSpec) -> bool:
     )
     if not keys:
         return True
-    admission_lock(keys)
-    others = _others(job.pk)
-    if (
-        job.serialization_key
-        and others.filter(
-            serialization_key=job.serialization_key,
-            state__in=_ACTIVE,
-            created_at__lte=job.created_at,
-        ).exists()
-    ):
+    head = admission_lock(keys, serialization_key=job.serialization_key, exclude=job.pk)
+    if head is not None and head.created_at <= job.created_at:
         return False
+    others = _others(job.pk)
     if spec.tenant_limit is not None and job.tenant_id is not None:
         busy = others.filter(tenant_id=job.tenant_id, kind=job.kind, state__in=_WAITING_OR_LEASED)
         if busy.count() >= spec.tenant_limit:
@@ -159,18 +172,13 @@ def admission_handoff(
     )
     if not keys:
         return
-    admission_lock(keys)
+    head = admission_lock(
+        keys, serialization_key=serialization_key if left_active else None, exclude=job_id
+    )
     waiting = _others(job_id).filter(state=JobState.QUEUED.value).order_by("created_at", "id")
     candidates: list[Job] = []
-    if serialization_key and left_active:
-        nxt = (
-            _others(job_id)
-            .filter(serialization_key=serialization_key, state__in=_ACTIVE)
-            .order_by("created_at", "id")
-            .first()
-        )
-        if nxt is not None and nxt.state != JobState.LEASED.value:
-            candidates.append(nxt)
+    if head is not None and head.state != JobState.LEASED.value:
+        candidates.append(head)
     if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
         nxt = waiting.filter(tenant_id=tenant_id, kind=kind).first()
         if nxt is not None:
