@@ -20,6 +20,7 @@ from uuid import UUID
 
 from django.db import connection
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from outbox.models import OutboxEntry
 from outbox.services import outbox_entry_new, outbox_save
@@ -122,14 +123,15 @@ def _others(job_id: UUID) -> QuerySet[Job]:
 
 
 def admission_open(job: Job, spec: registry.KindSpec) -> bool:
-    """At submission (inside its transaction): may this job get a message now?"""
+    """At submission (inside its transaction, before or after the job's insert): may this job
+    get a message now? A job not inserted yet counts as created now."""
     keys = admission_lock_keys(
         kind=job.kind, tenant_id=job.tenant_id, serialization_key=job.serialization_key, spec=spec
     )
     if not keys:
         return True
     head = admission_lock(keys, serialization_key=job.serialization_key, exclude=job.pk)
-    if head is not None and head.created_at <= job.created_at:
+    if head is not None and head.created_at <= (job.created_at or timezone.now()):
         return False
     others = _others(job.pk)
     if spec.tenant_limit is not None and job.tenant_id is not None:

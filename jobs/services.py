@@ -260,12 +260,16 @@ def job_submit(
     try:
         if business_key or keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
-            # caller's own rows: one transaction.
+            # caller's own rows: one transaction. Older versions go first (one of them may be
+            # the head of the job's serialization key), then the rules are decided under
+            # their locks, so the outbox row, if any, goes in the same statement as the job.
             with transaction.atomic():
-                insert_together(job, accepted)
                 _supersede_older_versions(job)
-                if dispatch.admission_open(job, spec):
-                    job_enqueue_execute(job)
+                admitted = dispatch.admission_open(job, spec)
+                message = dispatch.job_execute_message(job) if admitted else None
+                insert_together(job, accepted, *([message] if message else []))
+                if message is not None:
+                    outbox_after_commit(message)
         else:
             # Nothing else to decide: job, event and outbox row in one statement and commit.
             message = dispatch.job_execute_message(job)
