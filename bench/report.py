@@ -305,6 +305,7 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         f"{meta['command'].strip()}   # the run recorded here",
         "python bench/run_all.py --quick  # smaller, c=1,2; prints only",
         "python bench/run_all.py --only e2e --concurrency 2 --jobs 500",
+        "python bench/run_all.py --only cpu      # CPU ms per job by process, 1,000 jobs each",
         "```",
         "",
         "Workers: `celery -A jobsite worker --pool=prefork --concurrency=N --queues=jobs "
@@ -375,17 +376,25 @@ def _findings(results: dict[str, Any]) -> list[str]:
         "0.3-0.4 ms per flush on 2026-12-01 (an earlier machine took ~8 ms). With 2 cores "
         "shared by the driver, the workers, PostgreSQL and Redis, throughput at c >= 2 is "
         "about 2,000 ms / (CPU ms per job): see table 4b. Raw Celery spends ~5 ms of CPU "
-        "per no-op job, Procrastinate ~8-10, durable-jobs ~11-12.",
+        "per no-op job, Procrastinate ~8-10, durable-jobs 10-15 (two full runs on "
+        "2026-12-01 measured 10.4 and 15.3 ms; table 4b is one round per contender, not "
+        "interleaved, so it moves with the machine's load more than the ratios do).",
         "- **Applied on 2026-12-01, measured with table 4b's tool** (CPU ms per job, "
-        "durable, before -> after): driver 7.8 -> 3.5, worker 10.2 -> 4.5, PostgreSQL "
-        "6.3 -> 3.2, total 24.8 -> 11.7; DB commits per job 7.1 -> 4.1. The changes: the "
+        "durable, before -> after, same hour): driver 7.8 -> 3.5, worker 10.2 -> 4.5, "
+        "PostgreSQL 6.3 -> 3.2, total 24.8 -> 11.7; DB commits per job 7.1 -> 4.1; "
+        "durable / raw Celery 0.19-0.27x -> 0.41-0.49x, durable / Procrastinate "
+        "0.30-0.34x -> 0.60-0.79x across the day's runs. The changes: the "
         "claim is one call of the PL/pgSQL function `jobs_claim` (cached plans; it returns "
         "the input, so there is no separate read) and a plain completion one call of "
         "`jobs_complete`; the submit's three rows go in one INSERT statement whose SQL is "
         "compiled once; the fast path publishes from memory and marks with one call; "
         "heartbeats run on one thread per process (starting and joining a thread per job "
         "was a fifth of the worker's time); input schemas are compiled once; the per-task "
-        "health check is skipped while busy; five index writes per job-row version are gone.",
+        "health check is skipped while busy; five index writes per job-row version are gone; "
+        "admission control takes its locks and finds the serialization key's head in one "
+        "call (`jobs_admission_lock`), and a keyed submit writes its outbox row in the same "
+        "statement as the job (table 7 had dropped to 0.64x when only the unkeyed path was "
+        "fast).",
         "- **Vacuum matters more than any of that.** This machine's PostgreSQL runs with "
         "autovacuum off. Before the bench vacuumed its databases, 25,000 dead job rows "
         "doubled the claim's PostgreSQL CPU (1.6 -> 0.75 ms after one `VACUUM`). Every "
