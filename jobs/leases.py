@@ -20,6 +20,7 @@ Zero rows: `LeaseLost`, rolled back and counted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -123,8 +124,10 @@ def _claim_once(
         spec.tenant_limit if spec else None,
         spec.kind_limit if spec else None,
     ]
+    # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
-        with connection.cursor() as cursor:
+        with scope, connection.cursor() as cursor:
             cursor.execute(_CLAIM_SQL, params)
             row = cursor.fetchone()
     except IntegrityError:

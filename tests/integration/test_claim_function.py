@@ -54,10 +54,24 @@ def test_claim_answers_why_it_did_not_claim(user: Any) -> None:
     assert first.status is ClaimStatus.CLAIMED
     again = job_claim_id(job.pk, worker="w:2:1", kind="noop", kind_version=job.kind_version)
     assert again.status is ClaimStatus.BUSY and again.lease is None
-    Job.objects.filter(pk=job.pk).update(
-        state="succeeded", result={}, finished_at=job.created_at
-    )
+    Job.objects.filter(pk=job.pk).update(state="succeeded", result={}, finished_at=job.created_at)
     done = job_claim_id(job.pk, worker="w:3:1", kind="noop", kind_version=job.kind_version)
     assert done.status is ClaimStatus.FINISHED
     missing = job_claim_id("00000000-0000-7000-8000-000000000000", worker="w:4:1")
     assert missing.status is ClaimStatus.MISSING
+
+
+def test_claim_refused_by_the_one_leased_per_key_index__caller_transaction_still_usable(
+    user: Any,
+) -> None:
+    """The partial unique index refuses a second leased job of a key: inside a caller's
+    transaction (this test's) that refusal is a WAITING answer, and the transaction goes on."""
+    older = jobs.submit(kind="noop", input={"n": 1}, owner=user, serialization_key="doc:9")
+    younger = jobs.submit(kind="noop", input={"n": 2}, owner=user, serialization_key="doc:9")
+    # The younger job holds the key's lease (as after an operator redrive of the older one).
+    Job.objects.filter(pk=younger.pk).update(
+        state="leased", generation=1, attempt=1, lease_owner="w:y:1", lease_until=younger.created_at
+    )
+    claim = job_claim_id(older.pk, worker="w:o:1", kind="noop", kind_version=older.kind_version)
+    assert claim.status is ClaimStatus.WAITING and claim.lease is None
+    assert Job.objects.get(pk=older.pk).state == "queued"  # the transaction is still usable
