@@ -95,9 +95,7 @@ def outbox_mark_published(ids: list[int]) -> int:
     if not ids:
         return 0
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT outbox_mark_published(%s::bigint[], %s)", [ids, RELAY_PUBLISHED]
-        )
+        cursor.execute("SELECT outbox_mark_published(%s::bigint[], %s)", [ids, RELAY_PUBLISHED])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
 
