@@ -52,13 +52,13 @@ def _statement(obj: Model, *, returning: bool) -> tuple[list[Field[Any, Any]], s
 def _insert_sql(obj: Model, *, returning: bool) -> tuple[str, list[Any]]:
     """The statement and the values, prepared as Django's insert compiler prepares them
     (`pre_save` with add=True, then `get_db_prep_save`)."""
-    fields, sql = _statement(obj, returning=returning)
-    values = []
-    for field in fields:
-        value = field.pre_save(obj, True)
-        if hasattr(value, "resolve_expression"):
+    for field in obj._meta.local_concrete_fields:
+        if hasattr(getattr(obj, field.attname, None), "resolve_expression"):
             raise ValueError(f"{obj._meta.label}.{field.name}: expressions are not supported")
-        values.append(field.get_db_prep_save(value, connection=connection))
+    fields, sql = _statement(obj, returning=returning)
+    values = [
+        field.get_db_prep_save(field.pre_save(obj, True), connection=connection) for field in fields
+    ]
     return sql, values
 
 

@@ -323,8 +323,13 @@ class Heartbeat:
 
     def stop(self) -> None:
         _beater().remove(self)
-        with self._lock:  # waits for a beat in flight
+        # Wait for a beat in flight (bounded, as the old per-job thread's join was).
+        if self._lock.acquire(timeout=self.interval + 5):
             self._stopped = True
+            self._lock.release()
+        else:
+            self._stopped = True
+            logger.warning("heartbeat still running at stop", extra=self.lease.log_extra())
 
 
 class _Beater(threading.Thread):
@@ -369,7 +374,13 @@ class _Beater(threading.Thread):
                         self._cond.wait()
                 continue
             for heartbeat in ready:
-                if not heartbeat.tick():
+                try:
+                    alive = heartbeat.tick()
+                except Exception:  # one lease's callback must not stop every lease's beats
+                    logger.exception("heartbeat tick failed", extra=heartbeat.lease.log_extra())
+                    close_old_connections()
+                    continue
+                if not alive:
                     self.remove(heartbeat)
 
 
@@ -381,7 +392,11 @@ def _beater() -> _Beater:
     """The heartbeat thread of this process (a forked child starts its own)."""
     global _beater_instance
     with _beater_lock:
-        if _beater_instance is None or _beater_instance.pid != os.getpid():
+        if (
+            _beater_instance is None
+            or _beater_instance.pid != os.getpid()
+            or not _beater_instance.is_alive()
+        ):
             _beater_instance = _Beater()
             _beater_instance.start()
         return _beater_instance

@@ -24,6 +24,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from . import registry, services
@@ -94,9 +95,15 @@ def execute(
     """Run one delivery of `job_id` through the fenced protocol (module docstring).
 
     `kind` and `kind_version` are the message's hint (one round trip for the claim)."""
-    claim = job_claim_id(
-        job_id, worker=worker or worker_name(), kind=kind, kind_version=kind_version
-    )
+    owner = worker or worker_name()
+    try:
+        claim = job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
+    except (InterfaceError, OperationalError):
+        # The connection broke since the last task (a database restart while the per-task
+        # health check was skipped): once more, on a fresh connection.
+        logger.warning("claim failed on a broken connection; retrying once")
+        connection.close()
+        claim = job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
     if claim.status is ClaimStatus.MISSING:
         logger.error("delivery for unknown job", extra={"job_id": str(job_id)})
         return ExecutionReport(Outcome.MISSING, str(claim.job_id))

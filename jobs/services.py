@@ -260,16 +260,24 @@ def job_submit(
     try:
         if business_key or keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
-            # caller's own rows: one transaction. Older versions go first (one of them may be
-            # the head of the job's serialization key), then the rules are decided under
-            # their locks, so the outbox row, if any, goes in the same statement as the job.
+            # caller's own rows: one transaction.
             with transaction.atomic():
-                _supersede_older_versions(job)
-                admitted = dispatch.admission_open(job, spec)
-                message = dispatch.job_execute_message(job) if admitted else None
-                insert_together(job, accepted, *([message] if message else []))
-                if message is not None:
-                    outbox_after_commit(message)
+                if business_key:
+                    # Insert first: the job's unique entry makes a racing submit of the same
+                    # logical job wait for us, so only the winner cancels older versions (one
+                    # of which may be the head of the serialization key: before admission).
+                    insert_together(job, accepted)
+                    _supersede_older_versions(job)
+                    if dispatch.admission_open(job, spec):
+                        job_enqueue_execute(job)
+                else:
+                    # Admission first, under its locks; the outbox row, if any, then goes in
+                    # the same statement as the job.
+                    admitted = dispatch.admission_open(job, spec)
+                    message = dispatch.job_execute_message(job) if admitted else None
+                    insert_together(job, accepted, *([message] if message else []))
+                    if message is not None:
+                        outbox_after_commit(message)
         else:
             # Nothing else to decide: job, event and outbox row in one statement and commit.
             message = dispatch.job_execute_message(job)

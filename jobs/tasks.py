@@ -16,8 +16,12 @@ def execute(
     generation: int | None = None,
     kind: str | None = None,
     kind_version: int | None = None,
+    **later_hints: Any,
 ) -> None:
-    """Deliver one job; the message carries its id and hints (generation, kind, version)."""
+    """Deliver one job; the message carries its id and hints (generation, kind, version).
+
+    Hints a later release adds are accepted and ignored, so a message from a newer web tier
+    never fails on an older worker during a rolling deploy (docs/operations.md)."""
     runtime.execute(job_id, kind=kind, kind_version=kind_version)
 
 

@@ -29,9 +29,9 @@ app.autodiscover_tasks()
 
 
 # Django's health check costs a `SELECT 1` round trip per job. A connection the previous task
-# used less than this long ago skips it: a database restart inside that window fails the next
-# task's first query like a restart during a task would (the job stays in the table, the
-# reconciler re-enqueues it), and the broken connection is then closed and replaced.
+# used less than this long ago skips it: if the database restarted inside that window, the
+# claim fails on the broken connection and jobs.runtime retries it once on a fresh one
+# (tests/integration/test_claim_reconnect.py).
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
 _last_task_end = {"at": float("-inf")}
 

@@ -67,3 +67,25 @@ def test_two_leases_beat_on_one_thread__a_lost_one_is_reported_once(user: Any) -
         heartbeat.stop()
     assert not lost_b.is_set()
     assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+
+
+def test_a_failing_lost_callback_does_not_stop_other_leases_beats(user: Any) -> None:
+    a = jobs.submit(kind="noop", input={"n": 3}, owner=user)
+    b = jobs.submit(kind="noop", input={"n": 4}, owner=user)
+    lease_a = job_claim(Job.objects.get(pk=a.pk), worker="w:a:2", lease_seconds=0.3)
+    lease_b = job_claim(Job.objects.get(pk=b.pk), worker="w:b:2", lease_seconds=0.3)
+    assert lease_a is not None and lease_b is not None
+
+    def explode() -> None:
+        raise RuntimeError("a callback that fails")
+
+    failing = Heartbeat(lease_a, on_lost=explode, on_cancel=lambda: None)
+    healthy = Heartbeat(lease_b, on_lost=lambda: None, on_cancel=lambda: None)
+    failing.start()
+    healthy.start()
+    Job.objects.filter(pk=a.pk).update(lease_owner="someone-else")  # a's next beat: lost
+    time.sleep(0.5)  # several intervals: a's lost beat has run (and raised) by now
+    b_until = _lease_until(b.pk)
+    wait_until(lambda: _lease_until(b.pk) > b_until, timeout=5, what="b to keep beating")
+    failing.stop()
+    healthy.stop()
