@@ -13,10 +13,6 @@ from .exceptions import Forbidden
 from .models import Job, StoredObject, Tenant
 
 
-def job_get(job_id: UUID | str) -> Job | None:
-    return Job.objects.filter(pk=job_id).first()
-
-
 def user_tenant_ids(user: AbstractBaseUser | AnonymousUser) -> list[int]:
     if not user.is_authenticated:
         return []
