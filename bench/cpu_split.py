@@ -83,26 +83,25 @@ def driver_cpu() -> float:
     return t.user + t.system
 
 
+def snapshot(worker_pids: list[int], redis_pid: int) -> dict[str, float]:
+    """CPU seconds so far of every process that serves the jobs."""
+    return {
+        "driver": driver_cpu(),
+        "worker_main": sum(proc_cpu(p) for p in worker_pids),
+        "worker": sum(tree_cpu(p) for p in worker_pids),
+        "postgres": postgres_cpu(),
+        "redis": proc_cpu(redis_pid),
+    }
+
+
 def measure(
     name: str, n: int, run: Callable[[int], Any], worker_pids: list[int], redis_pid: int
 ) -> dict[str, float]:
-    before = {
-        "driver": driver_cpu(),
-        "worker_main": sum(proc_cpu(p) for p in worker_pids),
-        "worker": sum(tree_cpu(p) for p in worker_pids),
-        "postgres": postgres_cpu(),
-        "redis": proc_cpu(redis_pid),
-    }
+    before = snapshot(worker_pids, redis_pid)
     wall = time.perf_counter()
     run(n)
     wall = time.perf_counter() - wall
-    after = {
-        "driver": driver_cpu(),
-        "worker_main": sum(proc_cpu(p) for p in worker_pids),
-        "worker": sum(tree_cpu(p) for p in worker_pids),
-        "postgres": postgres_cpu(),
-        "redis": proc_cpu(redis_pid),
-    }
+    after = snapshot(worker_pids, redis_pid)
     split = {k: (after[k] - before[k]) * 1000 / n for k in before}
     split["total"] = sum(v for k, v in split.items() if k != "worker_main")
     split["jobs_per_s"] = n / wall

@@ -84,25 +84,9 @@ def job_event_new(
     )
 
 
-def job_event_record(
-    job: Job | Lease,
-    *,
-    from_state: str,
-    to_state: str,
-    reason: str,
-    worker: str = "",
-    actor: str = "",
-    details: dict[str, Any] | None = None,
-) -> JobEvent:
-    event = job_event_new(
-        job,
-        from_state=from_state,
-        to_state=to_state,
-        reason=reason,
-        worker=worker,
-        actor=actor,
-        details=details,
-    )
+def job_event_record(job: Job | Lease, **fields: Any) -> JobEvent:
+    """`job_event_new(job, **fields)`, saved."""
+    event = job_event_new(job, **fields)
     event.save()
     return event
 
@@ -355,7 +339,8 @@ def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[An
         lease_complete(lease, result)
         for name, fn in local_effects:
             effect_apply_local(lease, name, fn)
-        _handoff(lease, left_active=True)
+        if keys:  # computed above: no second registry lookup on the hot path
+            _handoff(lease, left_active=True)
 
 
 def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) -> None:

@@ -67,26 +67,10 @@ def outbox_save(entry: OutboxEntry) -> OutboxEntry:
     return entry
 
 
-def outbox_enqueue(
-    *,
-    task_name: str,
-    queue: str,
-    job_id: UUID | None = None,
-    kwargs: dict[str, Any] | None = None,
-    available_at: datetime | None = None,
-    fast_path: bool | None = None,
-) -> OutboxEntry:
-    """Record an intent to publish; it commits (or rolls back) with the caller's rows."""
-    return outbox_save(
-        outbox_entry_new(
-            task_name=task_name,
-            queue=queue,
-            job_id=job_id,
-            kwargs=kwargs,
-            available_at=available_at,
-            fast_path=fast_path,
-        )
-    )
+def outbox_enqueue(**fields: Any) -> OutboxEntry:
+    """Record an intent to publish (`outbox_entry_new(**fields)`); it commits (or rolls back)
+    with the caller's rows."""
+    return outbox_save(outbox_entry_new(**fields))
 
 
 def outbox_prune(*, older_than: timedelta | None = None, batch: int = 5000) -> int:
