@@ -120,6 +120,47 @@ def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_
     assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
 
 
+def test_submit_killed_after_fast_path_publish_before_mark__relay_republishes_claim_absorbs(
+    harness: Harness, user: Any
+) -> None:
+    """The fast path's own window: the web process published the message from memory and
+    died before its one-call mark. The row stays reserved, then unmarked; the relay publishes
+    it again; the second delivery is a duplicate the claim absorbs."""
+    env = harness.base_env(
+        JOBS_FAILPOINTS="relay.after_publish_before_mark=exit", OUTBOX_RESERVATION_SECONDS="1"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SUBMIT_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert done.returncode == 137, done.stderr
+    assert "publish returned" not in done.stdout
+    job = Job.objects.get(owner=user, idempotency_key="crash-1")
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+    assert entry.published_at is None and entry.publish_attempts == 0
+    assert broker_job_ids(harness) == [str(job.pk)]
+
+    harness.start_relay()
+    wait_until(
+        lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+        timeout=60,
+        what="the relay to publish the unmarked row once its reservation lapsed",
+    )
+    assert broker_job_ids(harness) == [str(job.pk), str(job.pk)]
+
+    harness.start_worker("w-fast-dup")
+    wait_until(
+        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        timeout=60,
+        what="the second delivery to be counted as a duplicate",
+    )
+    wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
+    finished = Job.objects.get(pk=job.pk)
+    assert (finished.state, finished.generation, finished.attempt) == ("succeeded", 1, 1)
+    assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
+    assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
+
+
 def test_relay_dies_after_reserving_before_publishing__another_relay_publishes_after_lapse(
     harness: Harness, user: Any, settings: Any
 ) -> None:
