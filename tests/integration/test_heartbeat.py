@@ -89,3 +89,27 @@ def test_a_failing_lost_callback_does_not_stop_other_leases_beats(user: Any) -> 
     wait_until(lambda: _lease_until(b.pk) > b_until, timeout=5, what="b to keep beating")
     failing.stop()
     healthy.stop()
+
+
+def test_a_short_lease_added_while_the_thread_sleeps_for_a_long_one_beats_on_time(
+    user: Any,
+) -> None:
+    """Registering wakes the thread only when it would sleep past the new lease's first
+    beat: here it sleeps towards a 60 s lease's beat (20 s away) when a 0.3 s lease arrives."""
+    slow = jobs.submit(kind="noop", input={"n": 5}, owner=user)
+    fast = jobs.submit(kind="noop", input={"n": 6}, owner=user)
+    lease_slow = job_claim(Job.objects.get(pk=slow.pk), worker="w:s:1", lease_seconds=60)
+    lease_fast = job_claim(Job.objects.get(pk=fast.pk), worker="w:f:1", lease_seconds=0.3)
+    assert lease_slow is not None and lease_fast is not None
+    long_beat = Heartbeat(lease_slow, on_lost=lambda: None, on_cancel=lambda: None)
+    short_beat = Heartbeat(lease_fast, on_lost=lambda: None, on_cancel=lambda: None)
+    long_beat.start()
+    time.sleep(0.2)  # let the thread go to sleep until the slow lease's first beat
+    first = _lease_until(fast.pk)
+    short_beat.start()
+    try:
+        # Without the wake-up the first beat would come ~20 s later; the lease would expire.
+        wait_until(lambda: _lease_until(fast.pk) > first, timeout=2, what="the short lease's beat")
+    finally:
+        short_beat.stop()
+        long_beat.stop()
