@@ -227,6 +227,9 @@ def _tables(results: dict[str, Any]) -> list[str]:
                     f"**{_f(row['total'], 2)}** |"
                 )
         lines.append("")
+    calls = results.get("calls")
+    if calls:
+        lines += _calls_table(calls, cpu)
     if lat:
         lines += [
             "### 5. Accept -> start (`Job.created_at` -> the `leased` JobEvent.at)",
@@ -306,6 +309,7 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "python bench/run_all.py --quick  # smaller, c=1,2; prints only",
         "python bench/run_all.py --only e2e --concurrency 2 --jobs 500",
         "python bench/run_all.py --only cpu      # CPU ms per job by process, 1,000 jobs each",
+        "python bench/run_all.py --only cpu,calls  # and each database call alone, the ceiling",
         "```",
         "",
         "Workers: `celery -A jobsite worker --pool=prefork --concurrency=N --queues=jobs "
@@ -352,6 +356,49 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "",
     ]
     return "\n".join(lines)
+
+
+def _calls_table(calls: dict[str, Any], cpu: dict[str, Any] | None) -> list[str]:
+    from bench.db_calls import CALLS, ceilings
+
+    lines = [
+        "### 4c. A durable job's database calls, one at a time (`bench/db_calls.py`)",
+        "",
+        f"Each call made {calls['calls']:,} times in a row from the driver, no worker, no "
+        "broker, on a vacuumed database: the CPU of the PostgreSQL backend serving it and of "
+        "the driver (/proc), per call. Nothing else runs, so these are the cheapest the calls "
+        "get here; under the load of table 4b PostgreSQL spends more per job (contention, "
+        "more backends).",
+        "",
+        "| call | PostgreSQL CPU ms | driver CPU ms | wall ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in CALLS:
+        row = calls[name]
+        lines.append(
+            f"| {name} | {_f(row['postgres_ms'], 3)} | {_f(row['driver_ms'], 3)} | "
+            f"{_f(row['wall_ms'], 3)} |"
+        )
+    lines.append(
+        f"| **all four** | **{_f(calls['total_postgres_ms'], 3)}** | "
+        f"**{_f(calls['total_driver_ms'], 3)}** | **{_f(calls['total_wall_ms'], 3)}** |"
+    )
+    lines.append("")
+    if cpu and "raw_celery" in cpu:
+        ceiling = ceilings(calls, cpu)
+        text = (
+            f"**Ceiling.** A durable job does what a raw Celery job does (table 4b: "
+            f"{_f(cpu['raw_celery']['total'], 2)} ms of CPU) plus these calls, so even if "
+            f"durable-jobs' own Python cost nothing it would need {_f(ceiling['floor_ms'], 2)} "
+            f"ms: at most **{_f(ceiling['vs_raw'], 2)}x** raw Celery's throughput"
+        )
+        if "vs_procrastinate" in ceiling:
+            text += (
+                f" and **{_f(ceiling['vs_procrastinate'], 2)}x** Procrastinate's "
+                f"({_f(cpu['procrastinate']['total'], 2)} ms)"
+            )
+        lines += [text + ", on a CPU-bound machine.", ""]
+    return lines
 
 
 def _findings(results: dict[str, Any]) -> list[str]:

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark of durable-jobs, printed and written to docs/benchmarks.md.
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
-       python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,scale,serial]
+       python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,cpu,calls,scale,serial]
                                [--jobs N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md; others print only unless
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SCENARIOS = ["submit", "relay", "latency", "e2e", "cpu", "scale", "serial"]
+SCENARIOS = ["submit", "relay", "latency", "e2e", "cpu", "calls", "scale", "serial"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -133,6 +133,10 @@ def main(argv: list[str]) -> int:
                     from bench.cpu_split import scenario_cpu
 
                     results[name] = scenario_cpu(bench)
+                elif name == "calls":
+                    from bench.db_calls import scenario_calls
+
+                    results[name] = scenario_calls(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals
