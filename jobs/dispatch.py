@@ -18,14 +18,13 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from outbox.models import OutboxEntry
 from outbox.services import outbox_entry_new, outbox_save
 
-from . import registry
+from . import prepared, registry
 from .leases import Lease
 from .models import Job
 from .states import JobState
@@ -97,12 +96,10 @@ def admission_lock(
     created_at, kind, kind_version, generation, next_attempt_at."""
     if not keys:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT * FROM jobs_admission_lock(%s::text[], %s, %s)",
-            [keys, serialization_key, exclude],
-        )
-        row = cursor.fetchone()
+    row = prepared.fetchone(
+        "SELECT * FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid)",
+        [keys, serialization_key, exclude],
+    )
     if row is None:
         return None
     head = Job(

@@ -20,6 +20,8 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
 
+from . import prepared
+
 # (model, returning) -> (fields, INSERT statement): the statement of a model's full-row insert
 # never changes, only its values; compiling it is most of an ORM insert's CPU time.
 _STATEMENTS: dict[tuple[type[Model], bool, bool], tuple[list[Field[Any, Any]], str]] = {}
@@ -76,9 +78,7 @@ def insert_together(*objs: Model) -> None:
     last_sql, last_values = _insert_sql(last, returning=True)
     params.extend(last_values)
     sql = (f"WITH {', '.join(parts)} " if parts else "") + last_sql
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = prepared.fetchone(sql, params)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias

@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import QuerySet
 
-from . import registry
+from . import prepared, registry
 from .exceptions import LeaseLost
 from .models import Job
 from .signals import STALE_WRITES_REJECTED, signal_increment
@@ -102,7 +102,9 @@ class Claim:
     cancel_requested: bool = False
 
 
-_CLAIM_SQL = "SELECT * FROM jobs_claim(%s, %s, %s, %s, %s, %s, %s)"
+_CLAIM_SQL = (
+    "SELECT * FROM jobs_claim(%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::int, %s::int)"
+)
 
 
 def _claim_once(
@@ -128,12 +130,13 @@ def _claim_once(
     # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
-        with scope, connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, params)
-            row = cursor.fetchone()
+        with scope:
+            row = prepared.fetchone(_CLAIM_SQL, params)
     except IntegrityError:
         # jobs_job_one_leased_per_serialization_key: another job of the key holds it.
         return Claim(ClaimStatus.WAITING, job_id, kind, kind_version)
+    if row is None:
+        raise RuntimeError("jobs_claim returned no row")
     status = ClaimStatus(row[0])
     if status is not ClaimStatus.CLAIMED:
         return Claim(status, job_id, row[3], row[4])
@@ -209,7 +212,7 @@ def fenced(lease: Lease) -> QuerySet[Job]:
     )
 
 
-_COMPLETE_SQL = "SELECT jobs_complete(%s, %s, %s, %s)"
+_COMPLETE_SQL = "SELECT jobs_complete(%s::uuid, %s::bigint, %s::text, %s::jsonb)"
 
 
 def lease_complete(lease: Lease, result: dict[str, Any]) -> None:
@@ -217,9 +220,7 @@ def lease_complete(lease: Lease, result: dict[str, Any]) -> None:
     fenced; LeaseLost when the lease is gone. In the caller's transaction if it has one,
     else its own (one round trip)."""
     value = Job._meta.get_field("result").get_db_prep_value(result, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [lease.job_id, lease.generation, lease.worker, value])
-        row = cursor.fetchone()
+    row = prepared.fetchone(_COMPLETE_SQL, [lease.job_id, lease.generation, lease.worker, value])
     if not row or not row[0]:
         raise LeaseLost(
             f"job {lease.job_id}: generation {lease.generation} no longer holds the lease"
@@ -263,19 +264,17 @@ class HeartbeatResult:
 
 
 _HEARTBEAT_SQL = """
-UPDATE jobs_job SET lease_until = now() + make_interval(secs => %s), heartbeat_at = now()
-WHERE id = %s AND generation = %s AND lease_owner = %s AND state = 'leased'
+UPDATE jobs_job SET lease_until = now() + make_interval(secs => %s::float8), heartbeat_at = now()
+WHERE id = %s::uuid AND generation = %s::bigint AND lease_owner = %s::text AND state = 'leased'
 RETURNING cancel_requested_at IS NOT NULL
 """
 
 
 def lease_heartbeat(lease: Lease) -> HeartbeatResult:
     """Extend the lease on the database clock, fenced by generation."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _HEARTBEAT_SQL, [lease.lease_seconds, lease.job_id, lease.generation, lease.worker]
-        )
-        row = cursor.fetchone()
+    row = prepared.fetchone(
+        _HEARTBEAT_SQL, [lease.lease_seconds, lease.job_id, lease.generation, lease.worker]
+    )
     if row is None:
         return HeartbeatResult(alive=False, cancel_requested=False)
     return HeartbeatResult(alive=True, cancel_requested=bool(row[0]))

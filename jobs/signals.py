@@ -11,6 +11,8 @@ import logging
 
 from django.db import connection
 
+from . import prepared
+
 logger = logging.getLogger(__name__)
 
 DUPLICATE_DELIVERIES = "duplicate_deliveries_total"
@@ -22,15 +24,14 @@ INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 RELAY_PUBLISHED = "relay_published_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 
-_UPSERT = "SELECT jobs_signal_add(%s, %s, %s)"  # an upsert (migration 0007)
+_UPSERT = "SELECT jobs_signal_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0007)
 
 
 def signal_increment(name: str, *, label: str = "", by: int = 1) -> None:
     """Add `by` to a counter. Call it outside a transaction that may roll back."""
     if by <= 0:
         return
-    with connection.cursor() as cursor:
-        cursor.execute(_UPSERT, [name, label, by])
+    prepared.fetchone(_UPSERT, [name, label, by])
 
 
 def signal_values() -> dict[tuple[str, str], int]:

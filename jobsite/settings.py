@@ -144,6 +144,9 @@ JOBS_BUILTIN_HANDLER_MODULES = ["jobs.kinds.builtin", "documents.kinds"]
 JOBS_MAX_INPUT_BYTES = int(os.environ.get("JOBS_MAX_INPUT_BYTES", str(64 * 1024)))
 JOBS_DEFAULT_LEASE_SECONDS = float(os.environ.get("JOBS_DEFAULT_LEASE_SECONDS", "30"))
 JOBS_WORKER_NAME = os.environ.get("JOBS_WORKER_NAME", "")
+# The per-job statements as server-side prepared statements (jobs/prepared.py). Turn off
+# behind a transaction-mode pooler that does not keep them (PgBouncer before 1.21).
+JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", True)
 NOTIFY_PROVIDER_URL = os.environ.get("NOTIFY_PROVIDER_URL", "http://127.0.0.1:8765/notify")
 NOTIFY_PROVIDER_TIMEOUT = float(os.environ.get("NOTIFY_PROVIDER_TIMEOUT", "5"))
 

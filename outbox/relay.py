@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from jobs import prepared
 from jobs.failpoints import failpoint
 from jobs.signals import RELAY_PUBLISHED
 
@@ -94,9 +95,9 @@ def outbox_mark_published(ids: list[int]) -> int:
     wait for the WAL flush (a lost mark only republishes, and the claim absorbs that)."""
     if not ids:
         return 0
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT outbox_mark_published(%s::bigint[], %s)", [ids, RELAY_PUBLISHED])
-        row = cursor.fetchone()
+    row = prepared.fetchone(
+        "SELECT outbox_mark_published(%s::bigint[], %s::text)", [ids, RELAY_PUBLISHED]
+    )
     return int(row[0]) if row else 0
 
 

@@ -1,0 +1,71 @@
+"""The statements every job makes, as server-side prepared statements on Django's connection.
+
+Django's psycopg backend binds parameters on the client: each call sends the SQL with its
+values written in, and PostgreSQL parses, analyses and plans it again. For the accept (three
+rows in one statement, about sixty values) that was a third of PostgreSQL's time on the call
+(`perf`: raw_parser, parse_analyze and the planner) and a fifth of the submitting process's
+(psycopg quoting each value). Here the statement is sent once per connection with
+placeholders (`prepare=True`), then only its values.
+
+Everything else stays Django's: the same connection and transaction (autocommit, `atomic`,
+savepoints), its errors (`IntegrityError` and friends), its broken-transaction check and its
+execute wrappers. With query logging on (`DEBUG`, `CaptureQueriesContext`) the statement goes
+through Django's cursor instead, so it is logged as any other query.
+
+`JOBS_PREPARED_STATEMENTS = False` turns this off, for a connection pooler in transaction
+mode that does not keep prepared statements (PgBouncer before 1.21).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import NotSupportedError, connection
+
+_NEVER_BY_COUNT = sys.maxsize  # psycopg prepares a statement after this many runs, unasked
+_PLAN_CHANGED = "cached plan must not change result type"
+
+
+def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """Run one statement (`%s` placeholders) and return its first row, if it has one."""
+    if not settings.JOBS_PREPARED_STATEMENTS or connection.queries_logged:
+        with connection.cursor() as logged:
+            logged.execute(sql, params)
+            return logged.fetchone() if logged.description else None
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django turns preparing off on its connections; its own (client-binding) cursors
+        # never prepare anyway, so this lets only the statements sent from here prepare.
+        raw.prepare_threshold = _NEVER_BY_COUNT
+    try:
+        return _run(raw, sql, params)
+    except NotSupportedError as exc:
+        # A migration changed what a prepared statement returns (a function's result
+        # columns): PostgreSQL refuses the old plan. Outside a transaction, forget every
+        # statement of this connection (psycopg drops its cache on DEALLOCATE ALL) and retry.
+        if _PLAN_CHANGED not in str(exc) or connection.in_atomic_block:
+            raise
+        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            cursor.execute("DEALLOCATE ALL")
+        return _run(raw, sql, params)
+
+
+def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+
+        def run(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
+            cursor.execute(sql, params, prepare=True)
+
+        executor: Any = run
+        for wrapper in reversed(connection.execute_wrappers):
+            executor = functools.partial(wrapper, executor)
+        executor(sql, params, False, {"connection": connection, "cursor": cursor})
+        return cursor.fetchone() if cursor.description else None

@@ -1,0 +1,125 @@
+"""The per-job statements run as prepared statements on Django's own connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+
+import jobs
+from jobs import prepared
+from jobs.leases import job_claim_id
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_submit_and_claim__are_prepared_once_per_connection_then_reused(user: Any) -> None:
+    connection.close()  # a fresh connection: nothing prepared yet
+    first = jobs.submit(kind="noop", input={"n": 1}, owner=user)
+    jobs.submit(kind="noop", input={"n": 2}, owner=user)
+    claim = job_claim_id(first.pk, worker="w:p:1", kind="noop", kind_version=1)
+
+    assert claim.lease is not None
+    statements = _prepared_statements()
+    inserts = [s for s in statements if s.startswith('WITH r0 AS (INSERT INTO "jobs_job"')]
+    claims = [s for s in statements if "jobs_claim(" in s]
+    assert len(inserts) == 1, statements  # two submits, one prepared statement
+    assert "$1" in inserts[0] and "%s" not in inserts[0]
+    assert len(claims) == 1, statements
+
+
+def test_turned_off__nothing_is_prepared_and_the_job_still_runs_the_same_path(
+    user: Any, settings: Any
+) -> None:
+    settings.JOBS_PREPARED_STATEMENTS = False
+    connection.close()
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    claim = job_claim_id(job.pk, worker="w:p:2", kind="noop", kind_version=1)
+
+    assert claim.lease is not None
+    assert _prepared_statements() == []
+    assert Job.objects.get(pk=job.pk).state == "leased"
+
+
+# generation -1 breaks the JobEvent's CHECK (generation >= 0).
+BAD_EVENT = (
+    "INSERT INTO jobs_jobevent (job_id, from_state, to_state, generation, attempt, worker, "
+    "actor, reason, details, at) VALUES (%s::uuid, '', 'queued', -1, 0, '', '', '', "
+    "'{}'::jsonb, now())"
+)
+
+
+def test_a_constraint_violation__raises_djangos_integrity_error_and_leaves_no_row(
+    user: Any,
+) -> None:
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    before = job.events.count()
+
+    with pytest.raises(IntegrityError):
+        prepared.fetchone(BAD_EVENT, [job.pk])
+    assert job.events.count() == before
+
+
+def test_inside_a_broken_atomic_block__refuses_like_djangos_cursor(user: Any) -> None:
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    with transaction.atomic():
+        with pytest.raises(IntegrityError), transaction.atomic(savepoint=False):
+            prepared.fetchone(BAD_EVENT, [job.pk])
+        with pytest.raises(TransactionManagementError):
+            prepared.fetchone("SELECT %s::int", [1])
+    assert prepared.fetchone("SELECT %s::int", [1]) == (1,)  # usable again after the block
+
+
+def test_with_query_logging_on__the_statement_is_logged_like_any_other(user: Any) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        row = prepared.fetchone("SELECT %s::int + 1", [41])
+
+    assert row == (42,)
+    assert [q["sql"] for q in queries.captured_queries] == ["SELECT 41::int + 1"]
+
+
+def test_execute_wrappers_see_the_statement(user: Any) -> None:
+    seen: list[str] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        assert prepared.fetchone("SELECT %s::text", ["x"]) == ("x",)
+    assert seen == ["SELECT %s::text"]
+
+
+def test_a_function_whose_result_columns_changed__is_prepared_again_not_refused(
+    user: Any,
+) -> None:
+    """What a migration that reshapes jobs_claim's result does to a worker's open connection:
+    the DDL comes from another connection, so psycopg cannot know its statement went stale."""
+
+    def migrate(*statements: str) -> None:
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            for statement in statements:
+                other.execute(statement)
+
+    migrate("CREATE FUNCTION t_shape() RETURNS TABLE (a int) LANGUAGE sql AS 'SELECT 1'")
+    try:
+        assert prepared.fetchone("SELECT * FROM t_shape()", []) == (1,)
+        migrate(
+            "DROP FUNCTION t_shape()",
+            "CREATE FUNCTION t_shape() RETURNS TABLE (a int, b text) LANGUAGE sql "
+            "AS $$SELECT 2, 'two'$$",
+        )
+        assert prepared.fetchone("SELECT * FROM t_shape()", []) == (2, "two")
+    finally:
+        migrate("DROP FUNCTION IF EXISTS t_shape()")
