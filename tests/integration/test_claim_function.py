@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 import jobs
 from jobs.dispatch import admission_lock_keys
@@ -75,3 +75,34 @@ def test_claim_refused_by_the_one_leased_per_key_index__caller_transaction_still
     claim = job_claim_id(older.pk, worker="w:o:1", kind="noop", kind_version=older.kind_version)
     assert claim.status is ClaimStatus.WAITING and claim.lease is None
     assert Job.objects.get(pk=older.pk).state == "queued"  # the transaction is still usable
+
+
+def _settings_in_claim_transaction(job_id: Any) -> tuple[str, str]:
+    """synchronous_commit and plan_cache_mode right after jobs_claim, in its transaction."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status FROM jobs_claim(%s, 'noop', 1, 'w:s:1', 30, NULL, NULL)", [job_id]
+        )
+        row = cursor.fetchone()
+        assert row is not None and row[0] == "claimed"
+        cursor.execute(
+            "SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode')"
+        )
+        settings_row = cursor.fetchone()
+    assert settings_row is not None
+    return settings_row[0], settings_row[1]
+
+
+def test_claim_commits_asynchronously_and_plans_generically_inside_only(user: Any) -> None:
+    """The function's SET plan_cache_mode (migration 0011) ends with the call; its SET LOCAL
+    synchronous_commit = off lasts until the claim's transaction commits."""
+    job = jobs.submit(kind="noop", input={}, owner=user)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT p.proconfig FROM pg_proc p WHERE p.proname = 'jobs_claim'")
+        row = cursor.fetchone()
+    assert row is not None and row[0] == ["plan_cache_mode=force_generic_plan"]
+
+    synchronous_commit, plan_cache_mode = _settings_in_claim_transaction(job.pk)
+
+    assert synchronous_commit == "off"
+    assert plan_cache_mode == "auto"
