@@ -365,10 +365,11 @@ def _calls_table(calls: dict[str, Any], cpu: dict[str, Any] | None) -> list[str]
         "### 4c. A durable job's database calls, one at a time (`bench/db_calls.py`)",
         "",
         f"Each call made {calls['calls']:,} times in a row from the driver, no worker, no "
-        "broker, on a vacuumed database: the CPU of the PostgreSQL backend serving it and of "
-        "the driver (/proc), per call. Nothing else runs, so these are the cheapest the calls "
-        "get here; under the load of table 4b PostgreSQL spends more per job (contention, "
-        "more backends).",
+        "broker, on a vacuumed database: the on-CPU time of the PostgreSQL backend serving it "
+        "(/proc/PID/schedstat) and of the driver, per call, the median of five chunks (a "
+        "checkpoint's full-page writes land in one). Nothing else runs, so these are the "
+        "cheapest the calls get here; under the load of table 4b PostgreSQL spends more per "
+        "job (contention, more backends).",
         "",
         "| call | PostgreSQL CPU ms | driver CPU ms | wall ms |",
         "|---|---:|---:|---:|",
