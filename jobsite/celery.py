@@ -12,6 +12,7 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
@@ -77,3 +78,12 @@ def _worker_heartbeat_stop(sender: Any = None, **kwargs: Any) -> None:
     from jobs.ops.workers import on_worker_shutdown
 
     on_worker_shutdown(sender)
+
+
+@worker_process_shutdown.connect
+def _flush_outbox_marks(**kwargs: Any) -> None:
+    """A pool child exits without running atexit hooks: mark what its fast path published
+    (hand-overs to the next job of a key) instead of leaving the relay to publish it again."""
+    from outbox import marks
+
+    marks.flush()

@@ -129,6 +129,9 @@ OUTBOX_RELAY_INTERVAL = float(os.environ.get("OUTBOX_RELAY_INTERVAL", "1.0"))
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "500"))
 OUTBOX_RESERVATION_SECONDS = float(os.environ.get("OUTBOX_RESERVATION_SECONDS", "30"))
 OUTBOX_FAST_PATH = env_bool("OUTBOX_FAST_PATH", True)
+# The fast path's "published" marks are batched per process at this interval (outbox/marks.py);
+# 0 marks each publish at once. Must stay far below OUTBOX_RESERVATION_SECONDS.
+OUTBOX_MARK_INTERVAL = float(os.environ.get("OUTBOX_MARK_INTERVAL", "0.05"))
 OUTBOX_RETENTION_SECONDS = int(os.environ.get("OUTBOX_RETENTION_SECONDS", str(7 * 24 * 3600)))
 OUTBOX_PUBLISH_BACKOFF_CAP = float(os.environ.get("OUTBOX_PUBLISH_BACKOFF_CAP", "60"))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -29,6 +30,7 @@ from jobs import prepared
 from jobs.failpoints import failpoint
 from jobs.signals import RELAY_PUBLISHED
 
+from . import marks
 from .models import OutboxEntry
 
 logger = logging.getLogger(__name__)
@@ -112,13 +114,15 @@ def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None
         logger.warning("outbox publish failed", extra={"outbox_id": row_id, "error": error})
 
 
-def _publish_and_mark(rows: list[OutboxEntry]) -> RelayResult:
+def _publish_and_mark(
+    rows: list[OutboxEntry], mark: Callable[[list[int]], object] = outbox_mark_published
+) -> RelayResult:
     try:
         done, errors = _publish(rows)
     except Exception as exc:  # no broker connection at all: every row backs off
         done, errors = [], {row.id: f"{type(exc).__name__}: {exc}"[:500] for row in rows}
     failpoint("relay.after_publish_before_mark")
-    outbox_mark_published(done)
+    mark(done)
     outbox_mark_failed(errors, {row.id: row.publish_attempts + 1 for row in rows})
     return RelayResult(
         reserved=len(rows), published=len(done), failed=len(errors), errors=list(errors.values())
@@ -152,11 +156,12 @@ def outbox_publish_after_commit(rows: list[OutboxEntry]) -> None:
     """Fast path: publish rows this process reserved and just committed, from memory.
 
     Never raises: the transaction already committed, so the caller's answer stands; a row
-    that fails here is published by the relay when its reservation lapses.
+    that fails here is published by the relay when its reservation lapses. Published rows
+    are marked in batches by this process's mark thread (outbox/marks.py), not one by one.
     """
     failpoint("submit.after_commit_before_publish")
     try:
-        _publish_and_mark(rows)
+        _publish_and_mark(rows, mark=marks.mark_later)
     except Exception:
         logger.exception(
             "outbox fast path failed; the relay will publish", extra={"ids": [r.id for r in rows]}

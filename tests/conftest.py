@@ -42,6 +42,30 @@ def redis_flushall(port: int) -> None:
         assert sock.recv(16).startswith(b"+OK")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _outbox_marks_stopped_before_the_database_goes(
+    django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[None]:
+    """The fast path's mark thread holds a connection to the test database; end it before
+    pytest-django drops that database (this fixture is torn down first)."""
+    yield
+    from outbox import marks
+
+    with django_db_blocker.unblock():
+        marks.stop()
+
+
+@pytest.fixture(autouse=True)
+def _outbox_marks_settled(django_db_blocker: Any) -> Iterator[None]:
+    """Marks queued by a test's fast path are made before the next test starts, not by the
+    mark thread in the middle of it (outbox/marks.py batches them per process)."""
+    yield
+    from outbox import marks
+
+    with django_db_blocker.unblock():
+        marks.flush()
+
+
 @pytest.fixture(autouse=True)
 def _media_root(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"

@@ -17,6 +17,7 @@ from jobs.models import Job
 from jobs.reaper import jobs_reap
 from jobs.runtime import Outcome, execute
 from jobs.services import job_complete
+from outbox import marks
 from outbox.models import OutboxEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,6 +64,7 @@ def test_metrics_count_one_duplicate_delivery_and_one_stale_completion__no_dupli
     _expire(reaped.pk)
     assert jobs_reap().expired == 1
     jobs.submit(kind="noop", input={"n": 4}, owner=user)
+    marks.flush()  # the fast path's marks (and relay_published_total) are batched
 
     m = _scrape(Client(), Authorization=f"Bearer {TOKEN}")
 

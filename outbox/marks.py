@@ -1,0 +1,150 @@
+"""The fast path's "published" marks, batched per process.
+
+After the fast path publishes a row it must mark it published, or the relay publishes it
+again once the row's reservation lapses. The mark has no other job, and no deadline but that
+lapse (`OUTBOX_RESERVATION_SECONDS`, default 30 s). So a submitting process does not pay a
+round trip and a commit per job for it: `mark_later(ids)` queues the ids, and one thread per
+process marks everything queued with one call of `outbox_mark_published` every
+`OUTBOX_MARK_INTERVAL` seconds (default 0.05). `OUTBOX_MARK_INTERVAL = 0` marks at once,
+in the caller's thread, as the relay's own sweep always does.
+
+A process that dies with ids queued loses those marks: the relay publishes the rows again
+after their reservation lapses and the claim absorbs the duplicate, which is the outcome of a
+crash between publish and mark (chaos/test_acceptance_crashes.py). A mark that fails (the
+database away) is tried again at the next tick; the rows' reservations keep the relay off
+them meanwhile, and once those lapse a second publish is, again, only a duplicate.
+A forked child (a prefork pool, a web server's workers) starts with an empty queue of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+IDLE_CLOSE_SECONDS = 10.0  # the thread drops its database connection after this long idle
+FAILURE_PAUSE_SECONDS = 1.0
+MAX_QUEUED = 100_000  # beyond this (the database away for long), the oldest marks are dropped
+
+
+class _Marks:
+    """One process's queued ids and the thread that marks them."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.flushing = threading.Lock()  # a flush() returns after any flush in flight
+        self.ids: list[int] = []
+        self.thread: threading.Thread | None = None
+        self.failing = False
+        self.stopping = False
+
+    def add(self, ids: list[int]) -> None:
+        with self.cond:
+            was_empty = not self.ids
+            self.ids.extend(ids)
+            if len(self.ids) > MAX_QUEUED:
+                dropped = len(self.ids) - MAX_QUEUED
+                del self.ids[:dropped]
+                logger.warning("outbox marks dropped; the relay republishes", extra={"n": dropped})
+            if self.thread is None or not self.thread.is_alive():
+                self.stopping = False
+                self.thread = threading.Thread(target=self.run, name="outbox-marks", daemon=True)
+                self.thread.start()
+            elif was_empty:
+                self.cond.notify()  # one wake-up per batch, not per id
+
+    def flush(self) -> int:
+        """Mark every queued id now, in the calling thread; on failure queue them again."""
+        from .relay import outbox_mark_published
+
+        with self.flushing:
+            with self.cond:
+                ids, self.ids = self.ids, []
+            if not ids:
+                return 0
+            try:
+                marked = outbox_mark_published(ids)
+            except Exception:
+                if not self.failing:
+                    logger.exception("outbox marks failed; trying again", extra={"n": len(ids)})
+                self.failing = True
+                connection.close()
+                with self.cond:
+                    self.ids[:0] = ids
+                return 0
+        if self.failing:
+            logger.info("outbox marks recovered", extra={"n": len(ids)})
+        self.failing = False
+        return marked
+
+    def stop(self, timeout: float) -> None:
+        """Mark what is queued and end the thread (it closes its database connection)."""
+        with self.cond:
+            thread, self.stopping = self.thread, True
+            self.cond.notify()
+        if thread is not None:
+            thread.join(timeout)
+        self.flush()
+
+    def _wait(self) -> bool:
+        """Wait until ids are queued (True) or the thread must stop (False)."""
+        with self.cond:
+            idle = not self.cond.wait_for(lambda: self.ids or self.stopping, IDLE_CLOSE_SECONDS)
+            if idle:
+                connection.close()  # nothing to mark for a while: hold no connection
+                self.cond.wait_for(lambda: self.ids or self.stopping)
+            return not self.stopping
+
+    def run(self) -> None:
+        try:
+            while self._wait():
+                # Let a batch gather; after a failure, give the database a second.
+                time.sleep(FAILURE_PAUSE_SECONDS if self.failing else settings.OUTBOX_MARK_INTERVAL)
+                self.flush()
+        finally:
+            connection.close()
+
+
+_lock = threading.Lock()
+_current: _Marks | None = None
+
+
+def _marks() -> _Marks:
+    global _current
+    with _lock:
+        if _current is None or _current.pid != os.getpid():
+            _current = _Marks()
+            atexit.register(_current.flush)
+        return _current
+
+
+def mark_later(ids: list[int]) -> None:
+    """Mark these published rows soon (module docstring); at once if the interval is 0."""
+    if not ids:
+        return
+    if not settings.OUTBOX_MARK_INTERVAL:
+        from .relay import outbox_mark_published
+
+        outbox_mark_published(ids)
+        return
+    _marks().add(ids)
+
+
+def flush() -> int:
+    """Mark what this process has queued, now (shutdown hooks, tests); returns rows marked.
+    Any batch the thread was marking is done when this returns."""
+    return _marks().flush()
+
+
+def stop(timeout: float = 5.0) -> None:
+    """Mark what is queued and end this process's mark thread, closing its connection (a
+    test session before it drops its database). The next `mark_later` starts a new one."""
+    _marks().stop(timeout)
