@@ -15,7 +15,9 @@ the same locks (jobs.leases), so a duplicate or early message can never break on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db.models import QuerySet
@@ -25,7 +27,7 @@ from outbox.models import OutboxEntry
 from outbox.services import outbox_entry_new, outbox_save
 
 from . import prepared, registry
-from .leases import Lease
+from .leases import Lease, complete_params, lease_lost
 from .models import Job
 from .states import JobState
 
@@ -100,7 +102,12 @@ def admission_lock(
         "SELECT * FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid)",
         [keys, serialization_key, exclude],
     )
-    if row is None:
+    return _head(row)
+
+
+def _head(row: Sequence[Any] | None) -> Job | None:
+    """The head row of jobs_admission_lock as an unsaved-looking, read-only Job."""
+    if row is None or row[0] is None:
         return None
     head = Job(
         id=row[0],
@@ -174,6 +181,51 @@ def admission_handoff(
     head = admission_lock(
         keys, serialization_key=serialization_key if left_active else None, exclude=job_id
     )
+    _hand_over(job_id=job_id, kind=kind, tenant_id=tenant_id, spec=spec, head=head)
+
+
+# The keyed completion: jobs_complete, then the locks and the head of jobs_admission_lock, in
+# one statement (one round trip instead of two inside its transaction). The lateral call's
+# arguments depend on the completion's answer, so it runs after it: the job's row lock before
+# the advisory locks, the order every other hand-over (cancel, quarantine) takes them in.
+_COMPLETE_AND_LOCK_SQL = (
+    "SELECT c.ok, h.* FROM jobs_complete(%s::uuid, %s::bigint, %s::text, %s::jsonb) AS c(ok) "
+    "LEFT JOIN LATERAL jobs_admission_lock("
+    "CASE WHEN c.ok THEN %s::text[] ELSE '{}'::text[] END, "
+    "CASE WHEN c.ok THEN %s::text END, %s::uuid) AS h ON true"
+)
+
+
+def complete_and_hand_over(
+    lease: Lease, result: dict[str, Any], *, spec: registry.KindSpec | None, keys: list[str]
+) -> None:
+    """leased -> succeeded (as `leases.lease_complete`) and the turn handed to the next job
+    (as `admission_handoff` with left_active), the locks taken after the completion's write as
+    there. Run it inside the completion's transaction: the hand-over commits with it."""
+    row = prepared.fetchone(
+        _COMPLETE_AND_LOCK_SQL,
+        [*complete_params(lease, result), keys, lease.serialization_key, lease.job_id],
+    )
+    if not row or not row[0]:
+        raise lease_lost(lease)
+    _hand_over(
+        job_id=lease.job_id,
+        kind=lease.kind,
+        tenant_id=lease.tenant_id,
+        spec=spec,
+        head=_head(row[1:]),
+    )
+
+
+def _hand_over(
+    *,
+    job_id: UUID,
+    kind: str,
+    tenant_id: int | None,
+    spec: registry.KindSpec | None,
+    head: Job | None,
+) -> None:
+    """With the admission locks held: enqueue the next job of the key, tenant or kind."""
     waiting = _others(job_id).filter(state=JobState.QUEUED.value).order_by("created_at", "id")
     candidates: list[Job] = []
     if head is not None and head.state != JobState.LEASED.value:

@@ -219,20 +219,26 @@ def lease_complete(lease: Lease, result: dict[str, Any]) -> None:
     """leased -> succeeded with `result` and its JobEvent (database function `jobs_complete`),
     fenced; LeaseLost when the lease is gone. In the caller's transaction if it has one,
     else its own (one round trip)."""
-    value = Job._meta.get_field("result").get_db_prep_value(result, connection)
-    row = prepared.fetchone(_COMPLETE_SQL, [lease.job_id, lease.generation, lease.worker, value])
+    row = prepared.fetchone(_COMPLETE_SQL, complete_params(lease, result))
     if not row or not row[0]:
-        raise LeaseLost(
-            f"job {lease.job_id}: generation {lease.generation} no longer holds the lease"
-        )
+        raise lease_lost(lease)
+
+
+def complete_params(lease: Lease, result: dict[str, Any]) -> list[Any]:
+    """The arguments of jobs_complete: id, generation and owner token (the fence), result."""
+    value = Job._meta.get_field("result").get_db_prep_value(result, connection)
+    return [lease.job_id, lease.generation, lease.worker, value]
+
+
+def lease_lost(lease: Lease) -> LeaseLost:
+    """The error of a fenced write that found the lease gone."""
+    return LeaseLost(f"job {lease.job_id}: generation {lease.generation} no longer holds the lease")
 
 
 def job_update_if_leased(lease: Lease, **fields: Any) -> None:
     """Guarded write: UPDATE ... WHERE id, generation, state='leased'; zero rows -> LeaseLost."""
     if fenced(lease).update(**fields) != 1:
-        raise LeaseLost(
-            f"job {lease.job_id}: generation {lease.generation} no longer holds the lease"
-        )
+        raise lease_lost(lease)
 
 
 def report_stale_write(lease: Lease, where: str) -> None:

@@ -328,7 +328,7 @@ def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[An
 
     With nothing to commit beside the job's own row and event (no local effect, no admission
     rule to hand over, no caller's transaction), that is one round trip and one commit."""
-    _, keys = dispatch.handoff_keys(
+    spec, keys = dispatch.handoff_keys(
         kind=lease.kind,
         kind_version=lease.kind_version,
         tenant_id=lease.tenant_id,
@@ -336,6 +336,9 @@ def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[An
     )
     alone = not local_effects and not keys and not connection.in_atomic_block
     with fenced_transaction(lease, "complete", atomic=not alone):
+        if keys and not local_effects:
+            dispatch.complete_and_hand_over(lease, result, spec=spec, keys=keys)
+            return
         lease_complete(lease, result)
         for name, fn in local_effects:
             effect_apply_local(lease, name, fn)

@@ -89,3 +89,41 @@ def test_serialization_key_admits_only_the_head__later_jobs_wait_for_handover(us
     assert jobs.execute(first.pk).outcome.value == "succeeded"
     assert OutboxEntry.objects.filter(job_id=second.pk).count() == 1  # handed over on completion
     assert jobs.execute(second.pk).outcome.value == "succeeded"
+
+
+def test_keyed_completion__hands_over_in_the_completions_one_statement(user: Any) -> None:
+    """jobs_complete and jobs_admission_lock go in one statement (dispatch.complete_and_hand_over)
+    inside the completion's transaction; the next job of the key gets its message with it."""
+    from django.test.utils import CaptureQueriesContext
+
+    from outbox.models import OutboxEntry
+
+    first = jobs.submit(kind="noop", input={"n": 1}, owner=user, serialization_key="conv:9")
+    second = jobs.submit(kind="noop", input={"n": 2}, owner=user, serialization_key="conv:9")
+    lease = job_claim(Job.objects.get(pk=first.pk), worker="w:k:1", lease_seconds=30)
+    assert lease is not None
+
+    with CaptureQueriesContext(connection) as queries:
+        job_complete(lease, result={"ok": True}, local_effects=[])
+
+    calls = [q["sql"] for q in queries.captured_queries if "jobs_" in q["sql"]]
+    assert len(calls) == 1 and "jobs_complete(" in calls[0] and "jobs_admission_lock(" in calls[0]
+    assert Job.objects.get(pk=first.pk).state == "succeeded"
+    assert OutboxEntry.objects.filter(job_id=second.pk).count() == 1  # handed over
+
+
+def test_keyed_completion_with_a_lost_lease__hands_nothing_over(user: Any) -> None:
+    from jobs.exceptions import LeaseLost
+    from outbox.models import OutboxEntry
+
+    first = jobs.submit(kind="noop", input={"n": 1}, owner=user, serialization_key="conv:10")
+    second = jobs.submit(kind="noop", input={"n": 2}, owner=user, serialization_key="conv:10")
+    lease = job_claim(Job.objects.get(pk=first.pk), worker="w:k:2", lease_seconds=30)
+    assert lease is not None
+    Job.objects.filter(pk=first.pk).update(lease_owner="someone-else")  # taken over
+
+    with pytest.raises(LeaseLost):
+        job_complete(lease, result={"ok": True}, local_effects=[])
+
+    assert Job.objects.get(pk=first.pk).state == "leased"
+    assert OutboxEntry.objects.filter(job_id=second.pk).count() == 0
