@@ -9,11 +9,16 @@ placeholders (`prepare=True`), then only its values.
 
 Everything else stays Django's: the same connection and transaction (autocommit, `atomic`,
 savepoints), its errors (`IntegrityError` and friends), its broken-transaction check and its
-execute wrappers. With query logging on (`DEBUG`, `CaptureQueriesContext`) the statement goes
-through Django's cursor instead, so it is logged as any other query.
+execute wrappers (which see psycopg's cursor, not Django's wrapper). With query logging on
+(`DEBUG`, `CaptureQueriesContext`) the statement goes through Django's cursor instead, so it is
+logged as any other query.
+
+Django's own cursors bind on the client and never prepare. Once a threshold is set, though,
+psycopg watches every statement of the connection: a rollback (or an ALTER/DROP sent on it)
+makes it forget what it prepared (DEALLOCATE ALL), and the next calls prepare again.
 
 `JOBS_PREPARED_STATEMENTS = False` turns this off, for a connection pooler in transaction
-mode that does not keep prepared statements (PgBouncer before 1.21).
+mode that does not keep prepared statements (PgBouncer before 1.22).
 """
 
 from __future__ import annotations
@@ -51,7 +56,10 @@ def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         # A migration changed what a prepared statement returns (a function's result
         # columns): PostgreSQL refuses the old plan. Outside a transaction, forget every
         # statement of this connection (psycopg drops its cache on DEALLOCATE ALL) and retry.
-        if _PLAN_CHANGED not in str(exc) or connection.in_atomic_block:
+        # Inside one the error stands: the transaction is aborted, and its rollback makes
+        # psycopg forget the statements, so the next call on this connection prepares anew.
+        idle = raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if _PLAN_CHANGED not in str(exc) or not idle:
             raise
         with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
             cursor.execute("DEALLOCATE ALL")

@@ -22,7 +22,6 @@ import atexit
 import logging
 import os
 import threading
-import time
 
 from django.conf import settings
 from django.db import connection
@@ -106,8 +105,11 @@ class _Marks:
     def run(self) -> None:
         try:
             while self._wait():
-                # Let a batch gather; after a failure, give the database a second.
-                time.sleep(FAILURE_PAUSE_SECONDS if self.failing else settings.OUTBOX_MARK_INTERVAL)
+                # Let a batch gather; after a failure, give the database a second. stop()
+                # interrupts the pause.
+                pause = FAILURE_PAUSE_SECONDS if self.failing else settings.OUTBOX_MARK_INTERVAL
+                with self.cond:
+                    self.cond.wait_for(lambda: self.stopping, pause)
                 self.flush()
         finally:
             connection.close()
@@ -122,8 +124,24 @@ def _marks() -> _Marks:
     with _lock:
         if _current is None or _current.pid != os.getpid():
             _current = _Marks()
-            atexit.register(_current.flush)
         return _current
+
+
+def _after_fork_in_child() -> None:
+    """A child starts with no queue, no thread and fresh locks: the parent's may have been
+    held by its mark thread at the moment of the fork."""
+    global _current, _lock
+    _lock = threading.Lock()
+    _current = None
+
+
+def _flush_at_exit() -> None:
+    if _current is not None and _current.pid == os.getpid():
+        _current.flush()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_flush_at_exit)
 
 
 def mark_later(ids: list[int]) -> None:

@@ -11,6 +11,9 @@ statement in these functions looks a job up by key, where the generic plan is th
 A function's SET clause restores only the setting it names when the function returns; the
 `synchronous_commit = off` that jobs_claim sets for its own transaction still applies
 (tests/integration/test_claim_function.py checks it).
+
+A later CREATE OR REPLACE FUNCTION of one of these resets its settings: repeat the ALTER (or
+put the SET clause in the new definition) in that migration.
 """
 
 from django.db import migrations

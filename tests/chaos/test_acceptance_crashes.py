@@ -120,21 +120,21 @@ def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_
     assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
 
 
-def test_submit_killed_after_fast_path_publish_before_mark__relay_republishes_claim_absorbs(
-    harness: Harness, user: Any
+def _published_unmarked_then_relay_and_worker(
+    harness: Harness, user: Any, script: str, **env: str
 ) -> None:
-    """The fast path's own window: the web process published the message from memory and
-    died before its one-call mark. The row stays reserved, then unmarked; the relay publishes
-    it again; the second delivery is a duplicate the claim absorbs."""
-    env = harness.base_env(
-        JOBS_FAILPOINTS="relay.after_publish_before_mark=exit", OUTBOX_RESERVATION_SECONDS="1"
-    )
+    """Run `script` in a process that dies with its message published but its row unmarked;
+    the relay publishes the row again once its reservation lapses; the second delivery is a
+    duplicate the claim absorbs."""
     done = subprocess.run(
-        [sys.executable, "-c", SUBMIT_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        env=harness.base_env(OUTBOX_RESERVATION_SECONDS="1", **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert done.returncode == 137, done.stderr
-    assert "publish returned" not in done.stdout
     job = Job.objects.get(owner=user, idempotency_key="crash-1")
     entry = OutboxEntry.objects.get(job_id=job.pk)
     assert entry.published_at is None and entry.publish_attempts == 0
@@ -159,6 +159,24 @@ def test_submit_killed_after_fast_path_publish_before_mark__relay_republishes_cl
     assert (finished.state, finished.generation, finished.attempt) == ("succeeded", 1, 1)
     assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
     assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
+
+
+def test_submit_killed_after_fast_path_publish_before_mark__relay_republishes_claim_absorbs(
+    harness: Harness, user: Any
+) -> None:
+    """The fast path's own window: published from memory, killed before the mark is queued."""
+    _published_unmarked_then_relay_and_worker(
+        harness, user, SUBMIT_SCRIPT, JOBS_FAILPOINTS="relay.after_publish_before_mark=exit"
+    )
+
+
+def test_web_process_dies_with_marks_queued__relay_republishes_claim_absorbs(
+    harness: Harness, user: Any
+) -> None:
+    """The submit returned (202 given, message published); the process dies before its mark
+    thread marks the row (outbox/marks.py batches them)."""
+    script = SUBMIT_SCRIPT + "import os\nos._exit(137)\n"
+    _published_unmarked_then_relay_and_worker(harness, user, script, OUTBOX_MARK_INTERVAL="60")
 
 
 def test_relay_dies_after_reserving_before_publishing__another_relay_publishes_after_lapse(

@@ -72,11 +72,14 @@ def test_a_failing_mark_is_kept_and_marked_once_the_database_answers(
         return real(ids)
 
     monkeypatch.setattr(relay, "outbox_mark_published", down_then_up)
-    job = jobs.submit(kind="noop", input={}, owner=user)
-    entry = OutboxEntry.objects.get(job_id=job.pk)
+    try:
+        job = jobs.submit(kind="noop", input={}, owner=user)
+        entry = OutboxEntry.objects.get(job_id=job.pk)
 
-    assert marks.flush() == 0  # failed: kept, not dropped
-    assert OutboxEntry.objects.get(pk=entry.pk).published_at is None
-    assert marks.flush() == 1
-    assert OutboxEntry.objects.get(pk=entry.pk).published_at is not None
-    assert calls == [[entry.pk], [entry.pk]]
+        assert marks.flush() == 0  # failed: kept, not dropped
+        assert OutboxEntry.objects.get(pk=entry.pk).published_at is None
+        assert marks.flush() == 1
+        assert OutboxEntry.objects.get(pk=entry.pk).published_at is not None
+        assert calls == [[entry.pk], [entry.pk]]
+    finally:
+        marks.stop()  # the thread started by this submit must not outlive the long interval

@@ -123,3 +123,29 @@ def test_a_function_whose_result_columns_changed__is_prepared_again_not_refused(
         assert prepared.fetchone("SELECT * FROM t_shape()", []) == (2, "two")
     finally:
         migrate("DROP FUNCTION IF EXISTS t_shape()")
+
+
+def test_a_changed_result_inside_a_transaction__fails_once_then_the_connection_heals(
+    user: Any,
+) -> None:
+    from django.db import NotSupportedError
+
+    def migrate(*statements: str) -> None:
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            for statement in statements:
+                other.execute(statement)
+
+    migrate("CREATE FUNCTION t_shape2() RETURNS TABLE (a int) LANGUAGE sql AS 'SELECT 1'")
+    try:
+        assert prepared.fetchone("SELECT * FROM t_shape2()", []) == (1,)
+        migrate(
+            "DROP FUNCTION t_shape2()",
+            "CREATE FUNCTION t_shape2() RETURNS TABLE (a int, b text) LANGUAGE sql "
+            "AS $$SELECT 2, 'two'$$",
+        )
+        with pytest.raises(NotSupportedError), transaction.atomic():
+            prepared.fetchone("SELECT * FROM t_shape2()", [])
+        # The rollback made psycopg forget its statements: prepared again, not refused.
+        assert prepared.fetchone("SELECT * FROM t_shape2()", []) == (2, "two")
+    finally:
+        migrate("DROP FUNCTION IF EXISTS t_shape2()")
