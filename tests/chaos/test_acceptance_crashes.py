@@ -44,6 +44,22 @@ def broker_job_ids(harness: Harness, queue: str = "jobs") -> list[str]:
     return ids
 
 
+def _two_messages_run_the_job_once(harness: Harness, job: Job, worker: str) -> None:
+    """A worker takes both messages of `job`: the first runs it (generation 1), the second
+    is counted as a duplicate delivery and acked; one lease event, one success."""
+    harness.start_worker(worker)
+    wait_until(
+        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        timeout=60,
+        what="the second delivery to be counted as a duplicate",
+    )
+    wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
+    finished = Job.objects.get(pk=job.pk)
+    assert (finished.state, finished.generation, finished.attempt) == ("succeeded", 1, 1)
+    assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
+    assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
+
+
 def test_submit_killed_after_commit_before_publish__relay_publishes_it_later(
     harness: Harness, user: Any
 ) -> None:
@@ -105,19 +121,7 @@ def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_
     assert broker_job_ids(harness) == [str(job.pk), str(job.pk)]
     assert OutboxEntry.objects.get(pk=entry.pk).publish_attempts == 2
 
-    harness.start_worker("w-dup")
-    wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
-        timeout=60,
-        what="the second delivery to be counted as a duplicate",
-    )
-    wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
-    done = Job.objects.get(pk=job.pk)
-    assert done.state == "succeeded"
-    assert done.generation == 1
-    assert done.attempt == 1
-    assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
-    assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
+    _two_messages_run_the_job_once(harness, job, "w-dup")
 
 
 def _published_unmarked_then_relay_and_worker(
@@ -148,17 +152,7 @@ def _published_unmarked_then_relay_and_worker(
     )
     assert broker_job_ids(harness) == [str(job.pk), str(job.pk)]
 
-    harness.start_worker("w-fast-dup")
-    wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
-        timeout=60,
-        what="the second delivery to be counted as a duplicate",
-    )
-    wait_until(lambda: broker_job_ids(harness) == [], timeout=30, what="both messages consumed")
-    finished = Job.objects.get(pk=job.pk)
-    assert (finished.state, finished.generation, finished.attempt) == ("succeeded", 1, 1)
-    assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
-    assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
+    _two_messages_run_the_job_once(harness, job, "w-fast-dup")
 
 
 def test_submit_killed_after_fast_path_publish_before_mark__relay_republishes_claim_absorbs(

@@ -101,25 +101,32 @@ def test_execute_wrappers_see_the_statement(user: Any) -> None:
     assert seen == ["SELECT %s::text"]
 
 
+def migrate(*statements: str) -> None:
+    """Run DDL from another connection, as a deploy's migration would."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        for statement in statements:
+            other.execute(statement)
+
+
+def _reshape(name: str) -> None:
+    """Drop `name()` (one int column) and create it again with two columns."""
+    migrate(
+        f"DROP FUNCTION {name}()",
+        f"CREATE FUNCTION {name}() RETURNS TABLE (a int, b text) LANGUAGE sql "
+        "AS $$SELECT 2, 'two'$$",
+    )
+
+
 def test_a_function_whose_result_columns_changed__is_prepared_again_not_refused(
     user: Any,
 ) -> None:
     """What a migration that reshapes jobs_claim's result does to a worker's open connection:
     the DDL comes from another connection, so psycopg cannot know its statement went stale."""
 
-    def migrate(*statements: str) -> None:
-        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-            for statement in statements:
-                other.execute(statement)
-
     migrate("CREATE FUNCTION t_shape() RETURNS TABLE (a int) LANGUAGE sql AS 'SELECT 1'")
     try:
         assert prepared.fetchone("SELECT * FROM t_shape()", []) == (1,)
-        migrate(
-            "DROP FUNCTION t_shape()",
-            "CREATE FUNCTION t_shape() RETURNS TABLE (a int, b text) LANGUAGE sql "
-            "AS $$SELECT 2, 'two'$$",
-        )
+        _reshape("t_shape")
         assert prepared.fetchone("SELECT * FROM t_shape()", []) == (2, "two")
     finally:
         migrate("DROP FUNCTION IF EXISTS t_shape()")
@@ -130,19 +137,10 @@ def test_a_changed_result_inside_a_transaction__fails_once_then_the_connection_h
 ) -> None:
     from django.db import NotSupportedError
 
-    def migrate(*statements: str) -> None:
-        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-            for statement in statements:
-                other.execute(statement)
-
     migrate("CREATE FUNCTION t_shape2() RETURNS TABLE (a int) LANGUAGE sql AS 'SELECT 1'")
     try:
         assert prepared.fetchone("SELECT * FROM t_shape2()", []) == (1,)
-        migrate(
-            "DROP FUNCTION t_shape2()",
-            "CREATE FUNCTION t_shape2() RETURNS TABLE (a int, b text) LANGUAGE sql "
-            "AS $$SELECT 2, 'two'$$",
-        )
+        _reshape("t_shape2")
         with pytest.raises(NotSupportedError), transaction.atomic():
             prepared.fetchone("SELECT * FROM t_shape2()", [])
         # The rollback made psycopg forget its statements: prepared again, not refused.
