@@ -7,9 +7,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 export DATABASE_URL
+# A second `make run` beside the first: other ports, another Redis database (or broker URL),
+# e.g. `make run WEB_PORT=8001 FLOWER_PORT=5556 PROVIDER_PORT=8766 REDIS_DB=1
+# DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_jobs_2`. The Procfile reads them.
+REDIS_DB ?= 0
+CELERY_BROKER_URL ?= redis://127.0.0.1:6379/$(REDIS_DB)
+export CELERY_BROKER_URL
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-fast lint format demo bench chaos migrate services clean
+.PHONY: setup run test test-matrix test-fast lint format demo bench chaos migrate services clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 1; }
@@ -17,17 +23,22 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[demo,dev]'
 	touch $@
 
 services:
 	@bash scripts/ensure-services.sh
 
+# RabbitMQ is started only when asked for (JOBS_NEED_RABBITMQ=1, as .ci/run does) or when
+# CELERY_BROKER_URL is an amqp:// URL.
 setup: $(VENV)/.installed services
 	@$(BIN)/python scripts/create_database.py
 	@$(BIN)/python manage.py migrate --noinput -v 0
+	@$(BIN)/python manage.py collectstatic --noinput -v 0
 	@echo "setup done: $(DATABASE_URL)"
 
+# The web server is gunicorn with uvicorn workers (jobsite/gunicorn.py), as in production;
+# static files are served by WhiteNoise.
 run: setup
 	mkdir -p var && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
@@ -37,9 +48,16 @@ PYTEST_WORKERS ?= 2
 
 test: setup
 	@bash scripts/ensure-chromium.sh
+	@bash scripts/ensure-pgbouncer.sh >/dev/null
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-matrix
+
+# The unit tests on Python 3.12/3.13 x Django 6.0/6.1 (noxfile.py; virtualenvs in var/nox).
+test-matrix: $(VENV)/.installed
+	$(BIN)/nox $(NOX_ARGS)
 
 test-fast: setup
+	@bash scripts/ensure-pgbouncer.sh >/dev/null
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not chaos" $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed

@@ -82,8 +82,8 @@ def scenario_calls(b: Any) -> dict[str, Any]:
     from bench.infra import db_name, vacuum
     from jobs import services
     from jobs.leases import job_claim_id
+    from outbox.marks import outbox_mark_published
     from outbox.models import OutboxEntry
-    from outbox.relay import outbox_mark_published
 
     n = 5 * b.jobs
     main_db = db_name("main")

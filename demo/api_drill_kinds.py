@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.files.storage import default_storage
 
-from ..context import JobContext
-from ..exceptions import TransientError
-from ..registry import handler
+from jobs.context import JobContext
+from jobs.exceptions import TransientError
+from jobs.registry import handler
 
 READ_INPUT_SCHEMA = {
     "type": "object",

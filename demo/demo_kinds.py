@@ -1,6 +1,6 @@
 """Kinds for `manage.py jobs_demo`: the seed's jobs with short leases, so a drill takes seconds.
 
-The demo's workers import this module through env JOBS_HANDLER_MODULES=jobs.demo_kinds.
+The demo's workers import this module through env JOBS_HANDLER_MODULES=demo.demo_kinds.
 """
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .context import JobContext
-from .kinds.builtin import REPORT_SCHEMA, report_generate
-from .registry import handler
+from jobs.context import JobContext
+from jobs.registry import handler
+
+from .kinds import REPORT_SCHEMA, report_generate
 
 # Job 84: the same handler as report.generate (artifact, then one notice through the ledger),
 # with a 3 s lease so a dead worker's job is taken over quickly.

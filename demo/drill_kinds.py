@@ -6,10 +6,11 @@ import os
 import time
 from typing import Any
 
-from ..context import JobContext
-from ..exceptions import PermanentError, TransientError
-from ..notify import notify_send
-from ..registry import handler
+from jobs.context import JobContext
+from jobs.exceptions import PermanentError, TransientError
+from jobs.registry import handler
+
+from .notify import notify_send
 
 
 @handler("drill.sleep", max_attempts=5, lease_seconds=10, base_delay=0.2, max_delay=2)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..context import JobContext
-from ..notify import notify_send
-from ..registry import handler
-from . import api_drills, drills  # noqa: F401  (registers the drill kinds)
+from jobs.context import JobContext
+from jobs.registry import handler
+
+from . import api_drill_kinds, drill_kinds  # noqa: F401  (registers the drill kinds)
+from .notify import notify_send
 
 
 @handler("noop", max_attempts=3, lease_seconds=30)

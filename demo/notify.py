@@ -7,7 +7,7 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from .exceptions import PermanentError, TransientError
+from jobs.exceptions import PermanentError, TransientError
 
 
 def notify_send(*, idempotency_key: str, body: dict[str, Any]) -> dict[str, Any]:

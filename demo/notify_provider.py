@@ -2,10 +2,12 @@
 
 POST /notify with header Idempotency-Key: the first request of a key creates a notice; later
 ones get the same notice back with `replayed: true`. Every request is recorded.
-GET /stats: requests per key and notices. POST /control: change behaviour, e.g.
-{"timeout_after_accept": 1} (the next N new notices are recorded, then the answer stalls
-past the client's timeout), {"capacity": 2} (more concurrent requests answer 429),
-{"fail_next": 2} (answer 503 without recording), {"reset": true}.
+GET /stats: `requests_by_key` (every recorded request) and what the provider holds: `notices`
+(how many) and `notices_by_key` (per key; never more than one, so a retry under the same key is
+one logical send). POST /control: change behaviour, e.g. {"timeout_after_accept": 1} (the next
+N new notices are recorded, then the answer stalls past the client's timeout), {"capacity": 2}
+(more concurrent requests answer 429), {"fail_next": 2} (answer 503 without recording),
+{"reset": true}.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ProviderState:
             "total_requests": self.total_requests,
             "requests_by_key": dict(self.requests),
             "notices": len(self.notices),
+            "notices_by_key": {key: 1 for key in self.notices},
             "duplicate_sends": sum(1 for n in self.requests.values() if n > 1),
             "max_in_flight": self.max_in_flight,
             "rejected_for_capacity": self.rejected_for_capacity,

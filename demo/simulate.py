@@ -2,7 +2,9 @@
 
 Seed 001's experiment (a burst of arrivals above completion, then drain) with seed 000's
 arithmetic (Little's law: in service ~ arrival rate x service time). No Django, no clock:
-a discrete-event simulation driven by a seeded `random.Random`, sampled every `step` seconds.
+a discrete-event simulation driven by a seeded `random.Random`. The table's timeline is
+sampled every `step` seconds; the chart's is sampled finely (`chart_step`) whatever the step,
+and also holds the instant of the peak backlog, so a chart never misses the peak.
 
 Model: jobs arrive as a Poisson process (base rate, plus a burst window). Each attempt holds
 one worker for a service time drawn from the chosen distribution; with probability
@@ -12,6 +14,7 @@ until `max_retries` retries are spent (then it is quarantined: no useful complet
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -19,6 +22,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+CHART_POINTS = 600  # chart samples over the arrival window when no chart_step is given
 
 
 class Distribution(StrEnum):
@@ -44,7 +49,8 @@ class Scenario:
     max_retries: int = 3
     retry_base_delay: float = 1.0
     retry_max_delay: float = 30.0
-    step: float = 10.0  # sampling interval of the timeline
+    step: float = 10.0  # sampling interval of the timeline (the table's rows)
+    chart_step: float | None = None  # sampling interval of the chart; None: fine (see below)
     deadline: float | None = None  # longest acceptable accept->success latency, seconds
     horizon: float | None = None  # stop here even if not drained (default: 20 x duration)
     seed: int = 0
@@ -59,6 +65,8 @@ class Scenario:
             problems.append("workers must be >= 1")
         if self.duration <= 0 or self.step <= 0:
             problems.append("duration and step must be > 0")
+        if self.chart_step is not None and self.chart_step <= 0:
+            problems.append("chart step must be > 0")
         if not 0 <= self.retry_rate < 1:
             problems.append("retry rate must be in [0, 1)")
         if self.max_retries < 0:
@@ -77,6 +85,14 @@ class Scenario:
         if self.burst_at is not None and self.burst_at <= t < self.burst_at + self.burst_duration:
             return self.burst_rate
         return self.arrival_rate
+
+    @property
+    def chart_interval(self) -> float:
+        """The chart's sampling interval: `chart_step`, else CHART_POINTS over the arrival
+        window (never coarser than the table's step)."""
+        if self.chart_step is not None:
+            return self.chart_step
+        return min(self.step, self.duration / CHART_POINTS)
 
     @property
     def capacity(self) -> float:
@@ -117,7 +133,8 @@ class Sample:
 @dataclass
 class Result:
     scenario: Scenario
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # every `step` seconds (the table)
+    chart: list[Sample] = field(default_factory=list)  # every `chart_step`, plus the peak
     accepted: int = 0
     completed: int = 0
     quarantined: int = 0
@@ -130,6 +147,7 @@ class Result:
     attempt_times: list[float] = field(default_factory=list)  # service time of each attempt
     peak_backlog: int = 0
     peak_at: float = 0.0
+    peak: Sample | None = None  # the queue right after the event that set the peak backlog
     drain_time: float | None = None  # from the end of the overload until nobody waits
 
     @property
@@ -222,6 +240,23 @@ def _arrival_times(scenario: Scenario, rng: random.Random) -> list[float]:
     return times
 
 
+@dataclass
+class _Timeline:
+    """Samples every `step` seconds, at i x step (no drift from adding up floats)."""
+
+    step: float
+    samples: list[Sample]
+    index: int = 0
+
+    @property
+    def next_t(self) -> float:
+        return self.index * self.step
+
+    def take(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        self.index += 1
+
+
 # Event kinds, ordered so that at equal times completions free workers before arrivals queue.
 _COMPLETE, _RETRY_READY, _ARRIVE = 0, 1, 2
 
@@ -282,7 +317,9 @@ class _Simulation:
             self.unfinished.pop(id(job))
 
     def sample(self, t: float) -> Sample:
-        oldest = min((j.accepted_at for j in self.unfinished.values()), default=t)
+        # Jobs are accepted in time order and a dict keeps insertion order: the first
+        # unfinished job is the oldest (O(1), so the peak can be sampled at every new high).
+        oldest = next(iter(self.unfinished.values())).accepted_at if self.unfinished else t
         return Sample(
             t=t,
             arrived=self.result.accepted,
@@ -294,20 +331,27 @@ class _Simulation:
             quarantined=self.result.quarantined,
         )
 
+    def sample_until(self, limit: float, timelines: list[_Timeline]) -> None:
+        """Sample every timeline at each of its instants up to `limit`, in time order."""
+        while True:
+            t = min(timeline.next_t for timeline in timelines)
+            if t > limit or not (t <= self.s.duration or self.unfinished or self.events):
+                return
+            self.advance(t)
+            sample = self.sample(t)
+            for timeline in timelines:
+                if timeline.next_t == t:
+                    timeline.take(sample)
+
     def run(self) -> Result:
         s, result = self.s, self.result
         for t in _arrival_times(s, self.arrivals_rng):
             self.push(t, _ARRIVE, _Job(accepted_at=t))
         horizon = s.horizon if s.horizon is not None else 20.0 * s.duration
-        next_sample = 0.0
+        timelines = [_Timeline(s.step, result.samples), _Timeline(s.chart_interval, result.chart)]
         while True:
             upcoming = self.events[0][0] if self.events else math.inf
-            while next_sample <= min(upcoming, horizon) and (
-                next_sample <= s.duration or self.unfinished or self.events
-            ):
-                self.advance(next_sample)
-                result.samples.append(self.sample(next_sample))
-                next_sample += s.step
+            self.sample_until(min(upcoming, horizon), timelines)
             if not self.events or upcoming > horizon:
                 break
             t, kind, _, job = heapq.heappop(self.events)
@@ -324,13 +368,18 @@ class _Simulation:
             self.start_work()
             if len(self.unfinished) > result.peak_backlog:
                 result.peak_backlog, result.peak_at = len(self.unfinished), t
+                result.peak = self.sample(t)
             if self.drained_at is None and t >= self.overload_end and self.waiting() == 0:
                 self.drained_at = t
         result.drained = not self.unfinished
         result.end_time = max(self.now, s.duration) if result.drained else horizon
         self.advance(result.end_time)
-        if not result.samples or result.samples[-1].t < result.end_time:
-            result.samples.append(self.sample(result.end_time))
+        for timeline in (result.samples, result.chart):
+            if not timeline or timeline[-1].t < result.end_time:
+                timeline.append(self.sample(result.end_time))
+        if result.peak is not None:
+            # After any sample at the same instant: those were taken before the event.
+            bisect.insort_right(result.chart, result.peak, key=lambda sample: sample.t)
         if self.drained_at is None and result.drained:
             self.drained_at = max(result.end_time, self.overload_end)
         if self.drained_at is not None:
@@ -350,8 +399,13 @@ def _overload_end(s: Scenario) -> float:
 
 
 def simulate(scenario: Scenario) -> Result:
-    """Run the scenario to drain (or to its horizon) and return the timeline and totals."""
+    """Run the scenario to drain (or to its horizon) and return the timelines and totals."""
     return _Simulation(scenario).run()
+
+
+def chart_peak(result: Result) -> Sample | None:
+    """The highest backlog the chart's timeline shows (the earliest, on a tie)."""
+    return max(result.chart, key=lambda sample: sample.backlog, default=None)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
 
 
 class JobsConfig(AppConfig):
@@ -8,6 +9,13 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import registry
+        from outbox.schedule import maintenance_schedule_add
 
+        # The tasks exist in every process, whether or not the project autodiscovers tasks.
+        from . import celery_hooks, registry, tasks  # noqa: F401
+        from .checks import jobs_checks
+
+        checks.register(jobs_checks, "jobs")
         registry.autoload()
+        celery_hooks.connect()
+        maintenance_schedule_add(celery_hooks.jobs_schedule())

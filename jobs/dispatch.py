@@ -27,6 +27,7 @@ from outbox.models import OutboxEntry
 from outbox.services import outbox_entry_new, outbox_save
 
 from . import prepared, registry
+from .conf import jobs_settings
 from .leases import Lease, complete_params, lease_lost
 from .models import Job
 from .states import JobState
@@ -49,7 +50,7 @@ def job_execute_message(
     spec = registry.kind_version(job.kind, job.kind_version)
     return outbox_entry_new(
         task_name=EXECUTE_TASK,
-        queue=spec.queue if spec else "jobs",
+        queue=spec.queue if spec else jobs_settings.QUEUE,
         job_id=job_id,
         kwargs={
             "job_id": str(job_id),

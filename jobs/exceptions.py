@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Raised by the outbox (the lower layer); re-exported for callers of `jobs.submit`.
+from outbox.exceptions import OutboxOutsideTransaction as OutboxOutsideTransaction
+
 
 class JobError(Exception):
     """Base class of everything this package raises on purpose."""
@@ -18,9 +21,14 @@ class PermanentError(JobError):
 
 
 class ValidationFailed(PermanentError):
-    """Input does not match the kind's schema."""
+    """Input does not match the kind's schema. `summary` says where and which rule without
+    the input's values: what quarantine reasons and log lines show."""
 
     category = "validation"
+
+    def __init__(self, message: str, *, summary: str = "") -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 class Forbidden(PermanentError):
@@ -47,7 +55,3 @@ class UnknownKind(JobError):
 
 class InputTooLarge(JobError):
     """The input exceeds JOBS_MAX_INPUT_BYTES; send an object reference instead."""
-
-
-class OutboxOutsideTransaction(JobError):
-    """outbox_enqueue was called outside transaction.atomic: the dual-write bug."""

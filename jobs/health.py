@@ -21,8 +21,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
     try:
-        from jobsite.celery import app
+        from outbox.transport import celery_app, require_broker
 
+        app = celery_app()
+        require_broker(app)
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         checks["broker"] = "ok"

@@ -35,11 +35,11 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import QuerySet
 
 from . import prepared, registry
+from .conf import jobs_settings
 from .exceptions import LeaseLost
 from .models import Job
 from .signals import STALE_WRITES_REJECTED, signal_increment
@@ -117,7 +117,7 @@ def _claim_once(
 ) -> Claim:
     spec = registry.kind_version(kind, kind_version) if kind and kind_version else None
     if lease_seconds is None:
-        lease_seconds = spec.lease_seconds if spec else settings.JOBS_DEFAULT_LEASE_SECONDS
+        lease_seconds = spec.lease_seconds if spec else jobs_settings.DEFAULT_LEASE_SECONDS
     params = [
         job_id,
         kind,

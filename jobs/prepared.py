@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import NotSupportedError, connection
+
+from .conf import jobs_settings
 
 _NEVER_BY_COUNT = sys.maxsize  # psycopg prepares a statement after this many runs, unasked
 _PLAN_CHANGED = "cached plan must not change result type"
@@ -38,7 +39,7 @@ _PLAN_CHANGED = "cached plan must not change result type"
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """Run one statement (`%s` placeholders) and return its first row, if it has one."""
-    if not settings.JOBS_PREPARED_STATEMENTS or connection.queries_logged:
+    if not jobs_settings.PREPARED_STATEMENTS or connection.queries_logged:
         with connection.cursor() as logged:
             logged.execute(sql, params)
             return logged.fetchone() if logged.description else None

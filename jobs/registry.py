@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jsonschema
-from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
 
+from .conf import jobs_settings
 from .exceptions import UnknownKind, ValidationFailed
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
     from .context import JobContext
+    from .leases import Lease
+    from .models import Tenant
+    from .runtime import Outcome
 
 HandlerFn = Callable[["JobContext", dict[str, Any]], dict[str, Any]]
+
+
+class SubmitCheck(Protocol):
+    """Refuses a submission whose input names rows outside its tenant: raise Forbidden."""
+
+    def __call__(self, *, owner: User, tenant: Tenant | None, input: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -29,10 +43,14 @@ class KindSpec:
     policy: RetryPolicy
     lease_seconds: float
     responsible: str
-    queue: str = "jobs"
+    queue: str = "jobs"  # handler() passes JOBS_QUEUE when the kind names none
     input_schema: dict[str, Any] | None = None
     tenant_limit: int | None = None
     kind_limit: int | None = None
+    authorize_submit: SubmitCheck | None = None
+    # Called by the worker once an attempt's outcome committed (jobs.runtime); its errors are
+    # logged and never change the outcome. The `django.tasks` backend sends task_finished.
+    on_outcome: Callable[[Lease, Outcome], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # Built once: jsonschema.validate() would check the schema itself again on every call.
     validator: Any = field(default=None, init=False, repr=False, compare=False)
@@ -50,10 +68,36 @@ class KindSpec:
         error = jsonschema.exceptions.best_match(self.validator.iter_errors(data))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-            raise ValidationFailed(f"input does not match {self.kind}: {where}: {error.message}")
+            # The schema's rule, never the input's value (jsonschema's message quotes it).
+            rule = f"{error.validator} {json.dumps(error.validator_value, default=str)}"[:200]
+            raise ValidationFailed(
+                f"input does not match {self.kind}: {where}: {error.message}",
+                summary=f"input does not match {self.kind}: {where}: {rule}",
+            )
 
 
 _registry: dict[str, dict[int, KindSpec]] = {}
+
+# A `django.tasks` task is a kind named "task:<module path>" (jobs.tasks_backend), registered
+# on first use instead of at import: a worker imports the task by its path when a job of it
+# arrives, so it needs no list of task modules. Kept apart from `_registry`: `kinds()` lists
+# what the HTTP API accepts, and these are not submittable there.
+TASK_KIND_PREFIX = "task:"
+_loaded: dict[str, KindSpec] = {}
+
+
+def _load(kind: str) -> KindSpec | None:
+    """The spec of a "task:" kind, imported on first use; None when it names no task of ours."""
+    if not kind.startswith(TASK_KIND_PREFIX):
+        return None
+    spec = _loaded.get(kind)
+    if spec is None:
+        from .tasks_backend.backend import task_kind_load
+
+        spec = task_kind_load(kind)
+        if spec is not None:
+            _loaded[kind] = spec
+    return spec
 
 
 def handler(
@@ -67,10 +111,11 @@ def handler(
     max_delay: float = 300.0,
     retry_unknown: bool = True,
     responsible: str = "operators",
-    queue: str = "jobs",
+    queue: str | None = None,
     input_schema: dict[str, Any] | None = None,
     tenant_limit: int | None = None,
     kind_limit: int | None = None,
+    authorize_submit: SubmitCheck | None = None,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register `fn(ctx, input) -> dict` as the handler of `kind` at `version`."""
     if input_schema is not None:
@@ -88,12 +133,13 @@ def handler(
                 max_delay=max_delay,
                 retry_unknown=retry_unknown,
             ),
-            lease_seconds=lease_seconds or settings.JOBS_DEFAULT_LEASE_SECONDS,
+            lease_seconds=lease_seconds or jobs_settings.DEFAULT_LEASE_SECONDS,
             responsible=responsible,
-            queue=queue,
+            queue=queue or jobs_settings.QUEUE,
             input_schema=input_schema,
             tenant_limit=tenant_limit,
             kind_limit=kind_limit,
+            authorize_submit=authorize_submit,
         )
         _registry.setdefault(kind, {})[version] = spec
         return fn
@@ -105,18 +151,25 @@ def kind_latest(kind: str) -> KindSpec:
     """The newest version of `kind` this process knows (what submissions record)."""
     versions = _registry.get(kind)
     if not versions:
-        raise UnknownKind(f"unknown job kind {kind!r}")
+        spec = _load(kind)
+        if spec is None:
+            raise UnknownKind(f"unknown job kind {kind!r}")
+        return spec
     return versions[max(versions)]
 
 
 def kind_latest_or_none(kind: str) -> KindSpec | None:
     versions = _registry.get(kind)
-    return versions[max(versions)] if versions else None
+    return versions[max(versions)] if versions else _load(kind)
 
 
 def kind_version(kind: str, version: int) -> KindSpec | None:
     """The exact version, or None when this process cannot run it (a rolling deploy)."""
-    return _registry.get(kind, {}).get(version)
+    spec = _registry.get(kind, {}).get(version)
+    if spec is None and kind.startswith(TASK_KIND_PREFIX):
+        loaded = _load(kind)
+        return loaded if loaded is not None and loaded.version == version else None
+    return spec
 
 
 def kinds() -> list[str]:
@@ -126,9 +179,35 @@ def kinds() -> list[str]:
 def unregister(kind: str) -> None:
     """Forget a kind (tests)."""
     _registry.pop(kind, None)
+    _loaded.pop(kind, None)
+
+
+def forget_loaded() -> None:
+    """Forget every "task:" kind loaded so far (their backend's settings changed)."""
+    _loaded.clear()
 
 
 def autoload() -> None:
-    """Import built-in kinds and every module in JOBS_HANDLER_MODULES."""
-    for module in [*settings.JOBS_BUILTIN_HANDLER_MODULES, *settings.JOBS_HANDLER_MODULES]:
-        importlib.import_module(module)
+    """Import every installed app's `kinds` module (JOBS_AUTODISCOVER_KINDS), then every
+    module in JOBS_HANDLER_MODULES: importing them registers their kinds."""
+    if jobs_settings.AUTODISCOVER_KINDS:
+        autodiscover_modules("kinds")
+    modules = jobs_settings.HANDLER_MODULES
+    problem = jobs_settings.declared["HANDLER_MODULES"].problem(modules)
+    if problem:
+        raise ImproperlyConfigured(f"JOBS_HANDLER_MODULES {problem}")
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"JOBS_HANDLER_MODULES names {module!r}, which cannot be imported: {exc}"
+            ) from exc
+
+
+def queues() -> set[str]:
+    """The queues of every registered kind, and those `django.tasks` queues map to."""
+    from .tasks_backend.backend import task_celery_queues
+
+    found = {spec.queue for versions in _registry.values() for spec in versions.values()}
+    return found | task_celery_queues()

@@ -11,6 +11,8 @@ import logging
 
 from django.db import connection
 
+from outbox.marks import RELAY_PUBLISHED as RELAY_PUBLISHED
+
 from . import prepared
 
 logger = logging.getLogger(__name__)
@@ -21,7 +23,6 @@ STALE_WRITES_REJECTED = "stale_writes_rejected_total"
 EFFECTS_REUSED = "effects_reused_total"
 EXPIRED_LEASES = "expired_leases_total"
 INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
-RELAY_PUBLISHED = "relay_published_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 
 _UPSERT = "SELECT jobs_signal_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0007)

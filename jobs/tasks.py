@@ -7,10 +7,21 @@ from typing import Any
 from celery import shared_task
 
 from . import runtime
+from .conf import jobs_settings
 from .reaper import jobs_reap
 
 
-@shared_task(name="jobs.execute", ignore_result=True, acks_late=True)
+# The delivery guarantees travel with the task, not with the project's Celery settings: ack
+# only after the outcome committed, requeue when the worker process dies, and a hard limit
+# below the broker's redelivery window (checked when a worker starts: jobs.worker_checks).
+@shared_task(
+    name="jobs.execute",
+    ignore_result=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    time_limit=jobs_settings.TASK_TIME_LIMIT,
+    soft_time_limit=jobs_settings.TASK_SOFT_TIME_LIMIT,
+)
 def execute(
     job_id: str,
     generation: int | None = None,

@@ -6,9 +6,9 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 
-from jobs.ops.paginator import EstimatedCountPaginator
-
 from .models import OutboxEntry
+from .paginator import EstimatedCountPaginator
+from .transport import celery_app
 
 
 class PublishedFilter(admin.SimpleListFilter):
@@ -35,9 +35,7 @@ class TaskNameFilter(admin.SimpleListFilter):
     parameter_name = "task_name"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        from jobsite.celery import app
-
-        names = sorted(n for n in app.tasks if not n.startswith("celery."))
+        names = sorted(n for n in celery_app().tasks if not n.startswith("celery."))
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset):  # type: ignore[no-untyped-def]

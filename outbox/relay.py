@@ -21,17 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs import prepared
-from jobs.failpoints import failpoint
-from jobs.signals import RELAY_PUBLISHED
-
 from . import marks
+from .conf import outbox_settings
+from .failpoints import failpoint
+from .marks import outbox_mark_published
 from .models import OutboxEntry
+from .transport import celery_app, require_broker
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
         )
         if rows:
             OutboxEntry.objects.filter(id__in=[row.id for row in rows]).update(
-                reserved_until=now + timedelta(seconds=settings.OUTBOX_RESERVATION_SECONDS),
+                reserved_until=now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS),
                 publish_attempts=F("publish_attempts") + 1,
             )
     return rows
@@ -65,8 +64,8 @@ def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
 
 def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
     """Step 2: publish over one connection; returns (published ids, errors by id)."""
-    from jobsite.celery import app
-
+    app = celery_app()
+    require_broker(app)
     done: list[int] = []
     errors: dict[int, str] = {}
     with app.producer_or_acquire() as producer:
@@ -91,23 +90,11 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
     return done, errors
 
 
-def outbox_mark_published(ids: list[int]) -> int:
-    """Step 3: one call of `outbox_mark_published` (migration 0002): rows published by
-    someone else meanwhile are left alone; counts relay_published_total; its commit does not
-    wait for the WAL flush (a lost mark only republishes, and the claim absorbs that)."""
-    if not ids:
-        return 0
-    row = prepared.fetchone(
-        "SELECT outbox_mark_published(%s::bigint[], %s::text)", [ids, RELAY_PUBLISHED]
-    )
-    return int(row[0]) if row else 0
-
-
 def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None:
     """Step 4: release the reservation and push the row back with capped backoff."""
     now = timezone.now()
     for row_id, error in errors.items():
-        delay = min(settings.OUTBOX_PUBLISH_BACKOFF_CAP, 0.5 * 2 ** min(attempts[row_id], 10))
+        delay = min(outbox_settings.PUBLISH_BACKOFF_CAP, 0.5 * 2 ** min(attempts[row_id], 10))
         OutboxEntry.objects.filter(id=row_id, published_at__isnull=True).update(
             reserved_until=None, available_at=now + timedelta(seconds=delay), last_error=error
         )
@@ -131,7 +118,7 @@ def _publish_and_mark(
 
 def outbox_relay_batch(*, limit: int | None = None) -> RelayResult:
     """Reserve, publish and mark one batch of due rows (see the module docstring)."""
-    rows = outbox_reserve_due(limit=limit or settings.OUTBOX_RELAY_BATCH_SIZE)
+    rows = outbox_reserve_due(limit=limit or outbox_settings.RELAY_BATCH_SIZE)
     if not rows:
         return RelayResult()
     return _publish_and_mark(rows)

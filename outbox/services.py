@@ -6,12 +6,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs.exceptions import OutboxOutsideTransaction
-
+from .conf import outbox_settings
+from .exceptions import OutboxOutsideTransaction
 from .models import OutboxEntry
 
 
@@ -29,7 +28,7 @@ def outbox_entry_new(
     first, the reservation lapses and the relay publishes it."""
     now = timezone.now()
     due = available_at or now
-    use_fast_path = settings.OUTBOX_FAST_PATH if fast_path is None else fast_path
+    use_fast_path = outbox_settings.FAST_PATH if fast_path is None else fast_path
     use_fast_path = use_fast_path and due <= now
     return OutboxEntry(
         task_name=task_name,
@@ -38,7 +37,7 @@ def outbox_entry_new(
         kwargs=kwargs or {},
         available_at=due,
         reserved_until=(
-            now + timedelta(seconds=settings.OUTBOX_RESERVATION_SECONDS) if use_fast_path else None
+            now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS) if use_fast_path else None
         ),
     )
 
@@ -75,7 +74,7 @@ def outbox_enqueue(**fields: Any) -> OutboxEntry:
 
 def outbox_prune(*, older_than: timedelta | None = None, batch: int = 5000) -> int:
     """Delete published rows past retention, in batches; returns how many went."""
-    cutoff = timezone.now() - (older_than or timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS))
+    cutoff = timezone.now() - (older_than or timedelta(seconds=outbox_settings.RETENTION_SECONDS))
     total = 0
     while True:
         ids = list(

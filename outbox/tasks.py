@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.conf import settings
 
+from .conf import outbox_settings
 from .relay import outbox_relay_until_empty
 from .services import outbox_prune
 
 
 @shared_task(name="outbox.relay_tick", ignore_result=False)
 def relay_tick() -> dict[str, Any]:
-    result = outbox_relay_until_empty(time_budget=max(settings.OUTBOX_RELAY_INTERVAL * 5, 5.0))
+    result = outbox_relay_until_empty(time_budget=max(outbox_settings.RELAY_INTERVAL * 5, 5.0))
     return {"published": result.published, "failed": result.failed, "errors": result.errors[:5]}
 
 

@@ -10,9 +10,9 @@ import os
 import time
 from typing import Any
 
+from demo.notify import notify_send
 from jobs.context import JobContext
 from jobs.exceptions import PermanentError, TransientError
-from jobs.notify import notify_send
 from jobs.registry import handler
 
 # Expected end state per kind, read by the checker.

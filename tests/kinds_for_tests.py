@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any
 
+from demo.kinds import report_generate
 from jobs.context import JobContext
-from jobs.kinds.builtin import report_generate
 from jobs.registry import handler
 
 CALLS_FILE_ENV = "JOBS_TEST_CALLS_FILE"

@@ -4,7 +4,7 @@ It starts everything it needs as child processes it alone owns (a private redis-
 or three celery workers, the outbox relay, the notification provider), runs four drills,
 narrates them, checks what each drill promises, prints the accounting and stops every child
 by pid, also on Ctrl-C. The reaper runs inside the demo process (direct `jobs_reap` calls
-while it waits). Demo kinds with 3 s leases live in jobs.demo_kinds.
+while it waits). Demo kinds with 3 s leases live in demo.demo_kinds.
 
 Modules: `processes` (children, stop by pid), `drills` (the four drills and their checks),
 `report` (checks, accounting, what to look at next).

@@ -16,9 +16,8 @@ from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .. import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
-from ..artifacts import artifact_name
-from ..models import (
+from jobs.artifacts import artifact_name
+from jobs.models import (
     EffectLedgerEntry,
     EffectState,
     Job,
@@ -26,14 +25,16 @@ from ..models import (
     QuarantineRecord,
     WorkerHeartbeat,
 )
-from ..reaper import jobs_reap
-from ..signals import (
+from jobs.reaper import jobs_reap
+from jobs.signals import (
     DUPLICATE_DELIVERIES,
     DUPLICATE_EFFECTS,
     EFFECTS_REUSED,
     STALE_WRITES_REJECTED,
     signal_values,
 )
+
+from .. import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
 from .processes import (
     Child,
     DemoFailed,

@@ -20,10 +20,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from jobs.procs import Child, child_pids, free_port, process_alive, redis_ping
+from demo.procs import Child, child_pids, free_port, process_alive, redis_ping
 
 ROOT = Path(settings.BASE_DIR)
-DEMO_HANDLER_MODULE = "jobs.demo_kinds"
+DEMO_HANDLER_MODULE = "demo.demo_kinds"
 
 
 class DemoFailed(RuntimeError):
@@ -184,9 +184,12 @@ def database_url() -> str:
 
 
 def point_celery_at(url: str) -> None:
-    """Publish from this process (the fast path after submit) to the demo's broker."""
-    from jobsite.celery import app
+    """Publish from this process (the fast path after submit) to `url`, whatever the
+    environment says: Celery prefers CELERY_BROKER_URL from the environment to its conf."""
+    from outbox.transport import celery_app
 
+    os.environ["CELERY_BROKER_URL"] = url
+    app = celery_app()
     app.conf.broker_url = url  # type: ignore[misc]
     # Drop our handles only (kombu keeps one global pool per broker URL); the producer pool
     # would otherwise keep publishing to the previous broker.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import QuarantineRecord, WorkerHeartbeat
 from jobs.states import ACTIVE
 
+from ..conf import jobs_settings
 from . import selectors
 
 CHART_WIDTH = 600
@@ -89,7 +89,7 @@ def ops_snapshot() -> OpsSnapshot:
         open_quarantine_count=selectors.open_quarantine_count(),
         open_quarantine=selectors.open_quarantine(limit=20),
         outbox=selectors.outbox_lag(),
-        workers=selectors.workers_seen(within=3 * settings.JOBS_WORKER_HEARTBEAT_INTERVAL),
+        workers=selectors.workers_seen(within=3 * jobs_settings.WORKER_HEARTBEAT_INTERVAL),
         accepted_last_hour=sum(b.accepted for b in buckets),
         completed_last_hour=sum(b.completed for b in buckets),
         bars=bars,

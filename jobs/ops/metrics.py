@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.conf import settings
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from jobs import signals
 from jobs.states import ACTIVE, JobState
 
+from ..conf import jobs_settings
 from . import selectors
 
 PREFIX = "jobs_"
@@ -77,7 +77,7 @@ class JobsCollector(Collector):
         yield GaugeMetricFamily(
             PREFIX + "workers_seen",
             "Workers that wrote a heartbeat within three heartbeat intervals.",
-            value=len(selectors.workers_seen(within=3 * settings.JOBS_WORKER_HEARTBEAT_INTERVAL)),
+            value=len(selectors.workers_seen(within=3 * jobs_settings.WORKER_HEARTBEAT_INTERVAL)),
         )
 
     def _outbox(self) -> Iterator[Metric]:

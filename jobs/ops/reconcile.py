@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -41,6 +40,7 @@ from jobs.states import ACTIVE, CLAIMABLE, JobState
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_until_empty
 
+from ..conf import jobs_settings
 from . import selectors
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ RECONCILER = "reconciler"
 
 
 def default_stale_after() -> float:
-    return float(settings.JOBS_RECONCILE_STALE_AFTER)
+    return float(jobs_settings.RECONCILE_STALE_AFTER)
 
 
 def _undelivered(cutoff: datetime) -> QuerySet[OutboxEntry]:

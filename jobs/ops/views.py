@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hmac
 
-from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..conf import jobs_settings
 from .dashboard import ops_snapshot
 from .metrics import metrics_registry
 
@@ -25,7 +25,7 @@ def _bearer_ok(request: HttpRequest) -> bool | None:
     if not header:
         return None
     scheme, _, token = header.partition(" ")
-    expected = settings.JOBS_METRICS_TOKEN
+    expected = jobs_settings.METRICS_TOKEN
     if scheme.lower() != "bearer" or not expected:
         return False
     return hmac.compare_digest(token.strip().encode(), expected.encode())
@@ -53,4 +53,4 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @require_GET
 def ops_index(request: HttpRequest) -> HttpResponse:
     """The operator's one page: backlog, ages, throughput, leases, quarantine, outbox, workers."""
-    return render(request, "ops/index.html", {"ops": ops_snapshot()})
+    return render(request, "jobs/ops/index.html", {"ops": ops_snapshot()})

@@ -28,3 +28,19 @@ def test_worker_with_safe_time_limit__starts(harness: Harness) -> None:
     worker = harness.start_worker("safe", JOBS_TASK_TIME_LIMIT="60", JOBS_TASK_SOFT_TIME_LIMIT="50")
 
     assert worker.alive()
+
+
+def test_worker_of_the_jobs_queue_with_prefetch_eight__refuses_to_start(harness: Harness) -> None:
+    worker = harness.start_worker("greedy", wait=False, args=("--prefetch-multiplier=8",))
+
+    wait_until(lambda: not worker.alive(), timeout=60, what="the greedy worker to exit")
+    assert worker.popen.returncode == 78
+    assert "worker_prefetch_multiplier must be 1 for a worker of a jobs queue (got 8)" in (
+        worker.log()
+    )
+
+
+def test_worker_of_other_queues_with_prefetch_eight__starts(harness: Harness) -> None:
+    worker = harness.start_worker("emails", queues="emails", args=("--prefetch-multiplier=8",))
+
+    assert worker.alive()

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import jobs
-from jobs.management.commands.jobs_simulate import job_history_calibration
+from demo.management.commands.jobs_simulate import job_history_calibration
 from jobs.models import Job
 from jobs.runtime import Outcome
 from tests.harness import wait_until

@@ -25,16 +25,14 @@ def test_twenty_fast_path_submits__published_at_once_marked_by_one_thread_in_bat
     user: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.OUTBOX_MARK_INTERVAL = 0.2
-    from outbox import relay
-
-    real = relay.outbox_mark_published
+    real = marks.outbox_mark_published
     batches: list[tuple[str, int]] = []
 
     def counting(ids: list[int]) -> int:
         batches.append((threading.current_thread().name, len(ids)))
         return real(ids)
 
-    monkeypatch.setattr(relay, "outbox_mark_published", counting)
+    monkeypatch.setattr(marks, "outbox_mark_published", counting)
     before = signal_value(RELAY_PUBLISHED)
 
     for n in range(20):
@@ -60,9 +58,7 @@ def test_a_failing_mark_is_kept_and_marked_once_the_database_answers(
 ) -> None:
     settings.OUTBOX_MARK_INTERVAL = 3600  # the thread stays out of the way: we flush by hand
     marks.stop()
-    from outbox import relay
-
-    real = relay.outbox_mark_published
+    real = marks.outbox_mark_published
     calls: list[list[int]] = []
 
     def down_then_up(ids: list[int]) -> int:
@@ -71,7 +67,7 @@ def test_a_failing_mark_is_kept_and_marked_once_the_database_answers(
             raise OperationalError("the database went away")
         return real(ids)
 
-    monkeypatch.setattr(relay, "outbox_mark_published", down_then_up)
+    monkeypatch.setattr(marks, "outbox_mark_published", down_then_up)
     try:
         job = jobs.submit(kind="noop", input={}, owner=user)
         entry = OutboxEntry.objects.get(job_id=job.pk)

@@ -30,7 +30,7 @@ def test_beat_runs_reconcile_and_stores_maintenance_results__never_job_results(
         "JOBS_RECONCILE_INTERVAL": "1",
         "JOBS_WORKER_HEARTBEAT_INTERVAL": "1",
     }
-    harness.start_worker("maint", queues="maintenance", **fast)
+    harness.start_worker("maint", queues="jobs.maintenance", **fast)
     harness.start_worker("w1", **fast)
     schedule = harness.workdir / "beat-schedule"
     harness.spawn(

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs import failpoints
-from jobs.failpoints import FailpointTriggered, configure, failpoint, parse
+from outbox import failpoints
+from outbox.failpoints import FailpointTriggered, configure, failpoint, parse
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,7 @@ def test_failpoint_sleep__sleeps() -> None:
 
 def test_failpoint_exit__kills_the_process_with_137() -> None:
     code = (
-        "from jobs.failpoints import configure, failpoint\n"
+        "from outbox.failpoints import configure, failpoint\n"
         "configure('submit.after_commit_before_publish=exit')\n"
         "failpoint('submit.after_commit_before_publish')\n"
         "print('survived')\n"
@@ -80,7 +80,7 @@ def test_failpoint_exit__kills_the_process_with_137() -> None:
 
 
 def test_failpoints_from_environment__are_read_at_import() -> None:
-    code = "from jobs import failpoints; print(sorted(failpoints._active.items()))"
+    code = "from outbox import failpoints; print(sorted(failpoints._active.items()))"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""See the guarantee with your own eyes: the seed drills on real worker processes (jobs.demo)."""
+"""See the guarantee with your own eyes: the seed drills on real worker processes (demo.guided)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from rich.console import Console
 
-from jobs.demo import WHERE_NEXT, DemoFailed, accounting_table, demo_run
+from demo.guided import WHERE_NEXT, DemoFailed, accounting_table, demo_run
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Size workers before production: a capacity model of arrivals, bursts, retries (jobs.simulate)."""
+"""Size workers before production: a capacity model of arrivals, bursts, retries (demo.simulate)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from rich.console import Console
 from rich.table import Table
 
-from jobs.simulate import (
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+from demo.simulate import (
     Distribution,
     Result,
     Scenario,
+    chart_peak,
     compare_retries,
     simulate,
     summary_lines,
@@ -102,7 +106,13 @@ class Command(BaseCommand):
         parser.add_argument("--max-retries", type=int, default=3)
         parser.add_argument("--retry-base-delay", type=float, default=1.0)
         parser.add_argument("--retry-max-delay", type=float, default=30.0)
-        parser.add_argument("--step", type=float, default=60.0, help="table/chart step, seconds")
+        parser.add_argument("--step", type=float, default=60.0, help="table step, seconds")
+        parser.add_argument(
+            "--chart-step",
+            type=float,
+            default=None,
+            help="chart sampling, seconds (default: fine, 600 points over --duration)",
+        )
         parser.add_argument("--duration", type=float, default=3600.0, help="arrival window, s")
         parser.add_argument("--deadline", type=float, default=None, help="max accept->success, s")
         parser.add_argument("--horizon", type=float, default=None, help="give up draining at, s")
@@ -158,6 +168,7 @@ class Command(BaseCommand):
                 retry_base_delay=options["retry_base_delay"],
                 retry_max_delay=options["retry_max_delay"],
                 step=options["step"],
+                chart_step=options["chart_step"],
                 deadline=options["deadline"],
                 horizon=options["horizon"],
                 seed=options["seed"],
@@ -261,24 +272,44 @@ class Command(BaseCommand):
 
 
 def write_chart(result: Result, path: Path) -> None:
-    """Backlog, oldest-job age and completions over time, as a PNG (matplotlib, Agg)."""
+    """The chart (chart_figure) as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = chart_figure(result)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def chart_figure(result: Result) -> Figure:
+    """Backlog, oldest-job age and completions over time (matplotlib, Agg).
+
+    Plots the simulation's fine timeline (`Result.chart`), not the table's rows: a coarse
+    `--step` would hide the peak. The peak backlog is marked with its value and time, and the
+    title says what the chart answers: the peak, the drain time and the deadline verdict."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenario = result.scenario
-    times = [s.t for s in result.samples]
+    scenario, chart = result.scenario, result.chart
+    times = [s.t for s in chart]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
-    top.plot(times, [s.backlog for s in result.samples], label="backlog (unfinished jobs)")
-    top.plot(times, [s.completed for s in result.samples], label="completed (cumulative)")
+    top.plot(times, [s.backlog for s in chart], label="backlog (unfinished jobs)")
+    top.plot(times, [s.completed for s in chart], label="completed (cumulative)")
+    peak = chart_peak(result)
+    if peak is not None and peak.backlog > 0:
+        top.plot([peak.t], [peak.backlog], "o", color="tab:red", label="peak backlog")
+        top.annotate(
+            f"peak {peak.backlog} jobs at t={peak.t:.0f}s",
+            xy=(peak.t, peak.backlog),
+            xytext=(8, -4),
+            textcoords="offset points",
+            va="top",
+            fontsize="small",
+        )
     top.set_ylabel("jobs")
-    bottom.plot(
-        times,
-        [s.oldest_age for s in result.samples],
-        color="tab:red",
-        label="oldest unfinished job age",
-    )
+    bottom.plot(times, [s.oldest_age for s in chart], color="tab:red", label="oldest job age")
     if scenario.deadline is not None:
         bottom.axhline(scenario.deadline, color="black", linestyle="--", label="deadline")
     bottom.set_ylabel("seconds")
@@ -295,15 +326,42 @@ def write_chart(result: Result, path: Path) -> None:
         axis.axvline(scenario.duration, color="grey", linestyle=":", label="arrivals stop")
         axis.legend(loc="upper left", fontsize="small")
         axis.grid(alpha=0.3)
-    top.set_title(
-        f"{scenario.workers} workers, {scenario.distribution.value} service mean "
-        f"{scenario.service_mean:g}s, arrivals {scenario.arrival_rate:g}/s, "
-        f"retry rate {scenario.retry_rate:.0%}"
-    )
+    fig.suptitle(chart_title(result), fontsize="medium")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-__all__ = ["Command", "HistoryCalibration", "job_history_calibration", "write_chart"]
+def chart_title(result: Result) -> str:
+    """Two lines: the scenario, then what it means (peak, drain time, deadline verdict)."""
+    s = result.scenario
+    burst = (
+        f", burst {s.burst_rate:g}/s for {s.burst_duration:g}s at t={s.burst_at:g}s"
+        if s.burst_at is not None and s.burst_duration > 0
+        else ""
+    )
+    verdict = [f"peak backlog {result.peak_backlog} at t={result.peak_at:.0f}s"]
+    verdict.append(
+        f"drained {result.drain_time:.0f}s after the overload"
+        if result.drain_time is not None
+        else f"not drained by t={result.end_time:.0f}s"
+    )
+    if s.deadline is not None:
+        verdict.append(
+            f"deadline {s.deadline:g}s {'met' if result.deadline_met else 'MISSED'}"
+            f" ({result.late_jobs} late)"
+        )
+    return (
+        f"{s.workers} workers, {s.distribution.value} service mean {s.service_mean:g}s, "
+        f"arrivals {s.arrival_rate:g}/s{burst}, retry rate {s.retry_rate:.0%}\n"
+        + "; ".join(verdict)
+    )
+
+
+__all__ = [
+    "Command",
+    "HistoryCalibration",
+    "chart_figure",
+    "chart_title",
+    "job_history_calibration",
+    "write_chart",
+]

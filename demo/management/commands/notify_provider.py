@@ -1,4 +1,4 @@
-"""Run the local notification provider (see jobs.notify_provider)."""
+"""Run the local notification provider (see demo.notify_provider)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from jobs.notify_provider import provider_server
+from demo.notify_provider import provider_server
 
 
 class Command(BaseCommand):

@@ -6,10 +6,10 @@ import signal
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
+from outbox.conf import outbox_settings
 from outbox.relay import outbox_relay_until_empty
 
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval = options["interval"] or settings.OUTBOX_RELAY_INTERVAL
+        interval = options["interval"] or outbox_settings.RELAY_INTERVAL
         stopping = False
 
         def stop(signum: int, frame: Any) -> None:

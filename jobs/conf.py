@@ -1,0 +1,100 @@
+"""Every `JOBS_*` setting with its default, read in one place: `jobs_settings.QUEUE`.
+
+A project sets none of them to start; docs/operations.md lists them all (from
+`jobs_settings.reference()`). Wrong types and bad combinations are system-check errors.
+The beat tasks' queue and schedule switch are the outbox's (OUTBOX_MAINTENANCE_QUEUE,
+OUTBOX_BEAT_SCHEDULE): one knob for all four maintenance tasks.
+"""
+
+from __future__ import annotations
+
+from outbox.conf import AppSettings, Setting
+
+
+class JobsSettings(AppSettings):
+    prefix = "JOBS_"
+    declared = {
+        "AUTODISCOVER_KINDS": Setting(
+            True, "Import the `kinds` module of every installed app at start-up (as admin.py)."
+        ),
+        "HANDLER_MODULES": Setting(
+            [], "More modules imported at start-up by web and worker; they register kinds."
+        ),
+        "QUEUE": Setting("jobs", "The Celery queue of `jobs.execute` unless a kind names its own."),
+        "TASK_TIME_LIMIT": Setting(
+            900,
+            "Hard time limit of one delivery of `jobs.execute` (seconds); must stay well below "
+            "the broker's redelivery window.",
+            positive=True,
+        ),
+        "TASK_SOFT_TIME_LIMIT": Setting(
+            840, "Soft time limit of `jobs.execute` (below the hard one).", positive=True
+        ),
+        "RABBITMQ_CONSUMER_TIMEOUT": Setting(
+            1800.0,
+            "RabbitMQ's consumer_timeout as your server sets it (its redelivery window).",
+            positive=True,
+        ),
+        "DEFAULT_LEASE_SECONDS": Setting(30.0, "Lease of a kind that names none.", positive=True),
+        "MAX_INPUT_BYTES": Setting(64 * 1024, "Largest JSON input of one job.", positive=True),
+        "MAX_OBJECT_BYTES": Setting(
+            10 * 1024 * 1024, "Largest upload to /api/objects/.", positive=True
+        ),
+        "REAP_INTERVAL": Setting(5.0, "Seconds between reaper runs (beat).", positive=True),
+        "RECONCILE_INTERVAL": Setting(
+            60.0, "Seconds between reconciler runs (beat).", positive=True
+        ),
+        "RECONCILE_STALE_AFTER": Setting(
+            300.0,
+            "Due work with a published message nobody claimed for this long counts as lost.",
+            positive=True,
+        ),
+        "WORKER_HEARTBEAT_INTERVAL": Setting(
+            15.0, "How often a worker records that it is alive (/ops/).", positive=True
+        ),
+        "WORKER_NAME": Setting(
+            "",
+            "The worker's name in leases, /ops/ and logs; empty: the Celery node name "
+            "(`celery@host`, as Flower shows it), or the host name outside a worker.",
+        ),
+        "PREPARED_STATEMENTS": Setting(
+            True,
+            "The per-job statements as server-side prepared statements; turn off behind "
+            "PgBouncer older than 1.22 in transaction mode.",
+        ),
+        "METRICS_TOKEN": Setting(
+            "", "Bearer token for Prometheus scrapes of /metrics (empty: staff sessions only)."
+        ),
+        "THROTTLE_USER": Setting("1200/min", 'Per-user API rate ("off" disables).'),
+        "THROTTLE_TENANT": Setting("6000/min", 'Per-tenant API rate ("off" disables).'),
+        "API_MAX_WAIT_SECONDS": Setting(
+            30.0, "Longest `?wait=` long-poll of GET /api/jobs/<id>/.", minimum=0
+        ),
+        "API_POLL_INTERVAL": Setting(
+            0.25, "How often a long-poll reads the job again.", positive=True
+        ),
+    }
+
+    AUTODISCOVER_KINDS: bool
+    HANDLER_MODULES: list[str]
+    QUEUE: str
+    TASK_TIME_LIMIT: int
+    TASK_SOFT_TIME_LIMIT: int
+    RABBITMQ_CONSUMER_TIMEOUT: float
+    DEFAULT_LEASE_SECONDS: float
+    MAX_INPUT_BYTES: int
+    MAX_OBJECT_BYTES: int
+    REAP_INTERVAL: float
+    RECONCILE_INTERVAL: float
+    RECONCILE_STALE_AFTER: float
+    WORKER_HEARTBEAT_INTERVAL: float
+    WORKER_NAME: str
+    PREPARED_STATEMENTS: bool
+    METRICS_TOKEN: str
+    THROTTLE_USER: str
+    THROTTLE_TENANT: str
+    API_MAX_WAIT_SECONDS: float
+    API_POLL_INTERVAL: float
+
+
+jobs_settings = JobsSettings()

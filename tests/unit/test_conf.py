@@ -1,0 +1,120 @@
+"""Library settings: defaults, one typed object, problems named by setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.conf import JobsSettings, jobs_settings
+from jobsite.envsettings import library_settings_from_env
+from outbox.conf import OutboxSettings, Setting, outbox_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_setting__has_a_default_of_its_annotated_type() -> None:
+    for cls in (JobsSettings, OutboxSettings):
+        assert set(cls.declared) == set(cls.__annotations__) - {"prefix", "declared"}
+        for name, spec in cls.declared.items():
+            assert spec.problem(spec.default) is None, f"{cls.prefix}{name}"
+
+
+def test_setting_not_set__reads_its_default(settings: Any) -> None:
+    del settings.OUTBOX_RETENTION_SECONDS
+
+    assert outbox_settings.RETENTION_SECONDS == 7 * 24 * 3600
+
+
+def test_setting_overridden__is_read_at_once(settings: Any) -> None:
+    assert jobs_settings.QUEUE == "jobs"
+    settings.JOBS_QUEUE = "reports"
+
+    assert jobs_settings.QUEUE == "reports"
+
+
+def test_unknown_name__is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no setting 'QUEUES'"):
+        jobs_settings.QUEUES  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "problem"),
+    [
+        (Setting(1.0, ""), "1", "must be a number, got str '1'"),
+        (Setting(1.0, ""), True, "must be a number, got bool True"),
+        (Setting(1, ""), 1.5, "must be a whole number, got float 1.5"),
+        (Setting(True, ""), "yes", "must be a boolean, got str 'yes'"),
+        (Setting([], ""), "a.kinds,b.kinds", "must be a list of strings, got str"),
+        (Setting(1.0, "", positive=True), 0, "must be greater than 0, got 0"),
+        (Setting(1.0, "", minimum=0), -1, "must be at least 0, got -1"),
+    ],
+)
+def test_setting_problem__names_what_is_wrong(spec: Setting, value: Any, problem: str) -> None:
+    found = spec.problem(value)
+
+    assert found is not None and found.startswith(problem)
+
+
+def test_settings_of_the_wrong_type__are_system_check_errors(settings: Any) -> None:
+    from jobs.checks import jobs_checks
+    from outbox.checks import outbox_checks
+
+    settings.JOBS_MAX_INPUT_BYTES = "64k"
+    settings.OUTBOX_FAST_PATH = "no"
+
+    jobs_errors = jobs_checks()
+    outbox_errors = outbox_checks()
+
+    assert [e.id for e in jobs_errors] == ["jobs.E001"]
+    assert "JOBS_MAX_INPUT_BYTES must be a whole number" in jobs_errors[0].msg
+    assert [e.id for e in outbox_errors] == ["outbox.E001"]
+    assert "OUTBOX_FAST_PATH must be a boolean" in outbox_errors[0].msg
+
+
+def test_soft_limit_not_below_hard_limit__is_a_system_check_error(settings: Any) -> None:
+    from jobs.checks import jobs_checks
+
+    settings.JOBS_TASK_TIME_LIMIT = 60
+    settings.JOBS_TASK_SOFT_TIME_LIMIT = 60
+
+    assert [e.id for e in jobs_checks()] == ["jobs.E002"]
+
+
+def test_mark_interval_near_the_reservation__is_a_system_check_error(settings: Any) -> None:
+    from outbox.checks import outbox_checks
+
+    settings.OUTBOX_MARK_INTERVAL = 5
+    settings.OUTBOX_RESERVATION_SECONDS = 30
+
+    assert [e.id for e in outbox_checks()] == ["outbox.E004"]
+
+
+def test_example_project_env_bridge__parses_by_the_defaults_type() -> None:
+    found = library_settings_from_env(
+        {
+            "JOBS_TASK_TIME_LIMIT": "60",
+            "JOBS_PREPARED_STATEMENTS": "0",
+            "JOBS_HANDLER_MODULES": "a.kinds, b.kinds",
+            "OUTBOX_MARK_INTERVAL": "0.5",
+            "OUTBOX_RELAY_BATCH_SIZE": "lots",
+            "JOBS_NOT_A_SETTING": "1",
+        }
+    )
+
+    assert found == {
+        "JOBS_TASK_TIME_LIMIT": 60,
+        "JOBS_PREPARED_STATEMENTS": False,
+        "JOBS_HANDLER_MODULES": ["a.kinds", "b.kinds"],
+        "OUTBOX_MARK_INTERVAL": 0.5,
+        "OUTBOX_RELAY_BATCH_SIZE": "lots",  # left as text for the system check to name
+    }
+
+
+def test_operations_doc__lists_every_setting_with_its_default() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+
+    for app_settings in (jobs_settings, outbox_settings):
+        for name, default, _ in app_settings.reference():
+            assert f"| `{name}` | `{default!r}` |" in doc, name
