@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from demo.guided.processes import point_celery_at
 from tests.harness import Harness, PrivateRedis, harness_for
 
 
@@ -19,16 +20,6 @@ def session_redis() -> Iterator[PrivateRedis]:
     redis.start()
     yield redis
     redis.close()
-
-
-def point_celery_at(url: str) -> None:
-    from jobsite.celery import app
-
-    app.conf.broker_url = url
-    # Drop our handles only: kombu keeps one global pool per broker URL, and closing it here
-    # would hand a closed pool to whoever points back at that URL later.
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 @pytest.fixture(scope="session", autouse=True)

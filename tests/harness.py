@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.procs import Child, child_pids, free_port, redis_ping
+from demo.procs import Child, child_pids, free_port, redis_ping
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def test_database_url() -> str:
 
 @dataclass
 class Proc(Child):
-    """A process a test started (jobs.procs.Child), plus signals for the drills."""
+    """A process a test started (demo.procs.Child), plus signals for the drills."""
 
     def children(self) -> list[int]:
         return child_pids(self.pid)
@@ -116,6 +116,7 @@ class Harness:
         queues: str = "jobs",
         pool: str = "prefork",
         wait: bool = True,
+        args: tuple[str, ...] = (),
         **env_extra: str,
     ) -> Proc:
         env = self.base_env(JOBS_WORKER_NAME=name, **env_extra)
@@ -134,6 +135,7 @@ class Harness:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *args,
         ]
         proc = self.spawn(name, argv, env)
         if wait:
@@ -270,6 +272,6 @@ def harness_for(broker_url: str) -> Iterator[Harness]:
         yield harness
     finally:
         harness.stop_all()
-        keep = os.environ.get("JOBS_KEEP_HARNESS_LOGS")
+        keep = os.environ.get("JOBS_TEST_KEEP_LOGS")
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.demo import process_alive
+from demo.guided import process_alive
 from jobs.models import Job
 from tests import harness
 from tests.harness import ROOT, wait_until
@@ -31,6 +31,7 @@ def demo_env(tmp_path: Path) -> dict[str, str]:
     env.update(
         {
             "DATABASE_URL": harness.test_database_url(),
+            "DJANGO_SETTINGS_MODULE": "jobsite.settings",
             "JOBS_MEDIA_ROOT": str(tmp_path / "media"),
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
