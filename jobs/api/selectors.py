@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 
 from jobs.models import Job, StoredObject, Tenant
 from jobs.selectors import jobs_visible_to, objects_visible_to
+
+from .fields import UUID_PATTERN
 
 NO_SUCH_TENANT = "no tenant of that name among yours"
 
@@ -20,14 +23,15 @@ def tenant_for_submission(
 ) -> Tenant | None:
     """The tenant a submission goes to: the named one (if a member) or the user's only one.
 
-    A tenant the user does not belong to gets the same answer as one that does not exist,
-    so names cannot be probed. None: a personal job (the user belongs to no tenant).
+    A tenant the user does not belong to is a 404 like one that does not exist (and like an
+    `input_ref` of another tenant), so names cannot be probed. None: a personal job (the user
+    belongs to no tenant).
     """
     mine = Tenant.objects.filter(members__pk=user.pk or 0)
     if name:
         tenant = mine.filter(name=name).first()
         if tenant is None:
-            raise ValidationError({"tenant": [NO_SUCH_TENANT]}, code="invalid")
+            raise NotFound(NO_SUCH_TENANT)
         return tenant
     tenants = list(mine.order_by("name")[:2])
     if len(tenants) > 1:
@@ -42,17 +46,15 @@ def tenant_for_submission_or_none(
 ) -> Tenant | None:
     try:
         return tenant_for_submission(user=user, name=name)
-    except ValidationError:
+    except APIException:
         return None
 
 
 def uuid_or_none(value: str | UUID) -> UUID | None:
+    """The UUID in its canonical spelling (the schema's `format: uuid`); anything else is None."""
     if isinstance(value, UUID):
         return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        return None
+    return UUID(value) if re.fullmatch(UUID_PATTERN, value) else None
 
 
 def job_visible_or_404(*, user: AbstractBaseUser | AnonymousUser, job_id: str | UUID) -> Job:

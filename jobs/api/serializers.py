@@ -7,13 +7,52 @@ from typing import Any
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail
 
 from jobs.models import Job, StoredObject
 from jobs.states import CLIENT_STATUS, FINISHED, ClientStatus, JobState
 
+from .fields import (
+    KIND_MAX_LENGTH,
+    KIND_PATTERN,
+    NO_NUL_PATTERN,
+    PAGE_SIZE_DEFAULT,
+    PAGE_SIZE_MAX,
+    SLUG_PATTERN,
+    QueryIntegerField,
+    QueryNumberField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictUUIDField,
+    UploadField,
+    pattern_validator,
+)
+
 
 def client_status(job: Job) -> ClientStatus:
     return CLIENT_STATUS[JobState(job.state)]
+
+
+class ClosedSerializer(serializers.Serializer):
+    """Refuses fields it does not declare: a misspelt `business_key` must not pass unnoticed.
+
+    The schema says so too (`additionalProperties: false`, jobs/api/schema.py).
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = sorted(set(data.keys()) - set(self.fields)) if hasattr(data, "keys") else []
+        refused: dict[str, Any] = {
+            name: [ErrorDetail("unknown field", code="invalid")] for name in unknown
+        }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if isinstance(exc.detail, dict):
+                exc.detail.update(refused)  # one answer names every problem
+            raise
+        if refused:
+            raise serializers.ValidationError(refused)
+        return value
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -26,34 +65,50 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
 
 
-class JobSubmitSerializer(serializers.Serializer):
-    kind = serializers.CharField(max_length=100, help_text="A registered job kind, e.g. `noop`.")
+class JobSubmitSerializer(ClosedSerializer):
+    """A job to run: a registered kind and its input; every other field is optional."""
+
+    kind = StrictCharField(
+        max_length=KIND_MAX_LENGTH,
+        validators=[pattern_validator(KIND_PATTERN, "kind")],
+        help_text="A registered job kind, e.g. `noop` or `report.generate`.",
+    )
     input = serializers.DictField(
-        child=serializers.JSONField(),
+        child=serializers.JSONField(allow_null=True),
         required=False,
         default=dict,
         help_text="JSON object checked against the kind's schema.",
     )
-    input_ref = serializers.UUIDField(
+    input_ref = StrictUUIDField(
         required=False,
         allow_null=True,
         default=None,
         help_text="Id of an object uploaded to /api/objects/ (same tenant) the worker may read.",
     )
-    business_key = serializers.CharField(
-        max_length=200, required=False, allow_null=True, default=None
+    business_key = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        validators=[pattern_validator(NO_NUL_PATTERN, "business_key")],
+        help_text="One logical job per (kind, business_key, input_version) in your tenant: "
+        "a repeat returns the existing job.",
     )
-    input_version = serializers.IntegerField(
-        min_value=1, max_value=2**31 - 1, required=False, default=1
+    input_version = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, default=1)
+    serialization_key = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        validators=[pattern_validator(NO_NUL_PATTERN, "serialization_key")],
+        help_text="Jobs with the same key run one at a time, in submission order.",
     )
-    serialization_key = serializers.CharField(
-        max_length=200, required=False, allow_null=True, default=None
-    )
-    tenant = serializers.SlugField(
+    tenant = StrictCharField(
         max_length=100,
         required=False,
         allow_null=True,
         default=None,
+        validators=[pattern_validator(SLUG_PATTERN, "tenant")],
         help_text="Tenant name; defaults to your only tenant.",
     )
 
@@ -140,6 +195,15 @@ class JobStatusSerializer(serializers.ModelSerializer):
             return None
         return {"category": job.error_category, "message": job.error_message}
 
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        """A quarantined job is `failed` to its client, finished when it was quarantined:
+        the row keeps `finished_at` empty (an operator may still redrive it) and is not
+        written again until an operator decides, so `updated_at` is that moment."""
+        data: dict[str, Any] = super().to_representation(instance)
+        if instance.job_state is JobState.QUARANTINED and data["finished_at"] is None:
+            data["finished_at"] = self.fields["finished_at"].to_representation(instance.updated_at)
+        return data
+
 
 class JobResultSerializer(serializers.Serializer):
     id = serializers.UUIDField()
@@ -152,9 +216,59 @@ class CancelSerializer(serializers.Serializer):
     """Empty body."""
 
 
-class ObjectUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(allow_empty_file=True, use_url=False)
-    tenant = serializers.SlugField(max_length=100, required=False, allow_null=True, default=None)
+class JobListQuerySerializer(serializers.Serializer):
+    """The filters of `GET /api/jobs/` (pagination is JobPagination's)."""
+
+    status = serializers.ChoiceField(
+        choices=[s.value for s in ClientStatus],
+        required=False,
+        help_text="Only jobs in this status.",
+    )
+    kind = StrictCharField(
+        max_length=KIND_MAX_LENGTH,
+        required=False,
+        validators=[pattern_validator(KIND_PATTERN, "kind")],
+        help_text="Only jobs of this kind.",
+    )
+
+
+class JobPageQuerySerializer(serializers.Serializer):
+    """Pagination of `GET /api/jobs/`: page numbers only (no `last`), bounded page sizes."""
+
+    page = QueryIntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        help_text="Page number, from 1; past the last page is a 404.",
+    )
+    page_size = QueryIntegerField(
+        min_value=1,
+        max_value=PAGE_SIZE_MAX,
+        required=False,
+        help_text=f"Jobs per page (default {PAGE_SIZE_DEFAULT}).",
+    )
+
+
+class JobWaitQuerySerializer(serializers.Serializer):
+    wait = QueryNumberField(
+        min_value=0,
+        required=False,
+        help_text="Wait up to this many seconds (capped by JOBS_API_MAX_WAIT_SECONDS) for the "
+        "status to change; 0 answers at once.",
+    )
+
+
+class ObjectUploadSerializer(ClosedSerializer):
+    """A multipart form with one `file` part and, optionally, the tenant it belongs to."""
+
+    file = UploadField(allow_empty_file=True, use_url=False, help_text="The bytes to store.")
+    tenant = StrictCharField(
+        max_length=100,
+        required=False,
+        default=None,
+        validators=[pattern_validator(SLUG_PATTERN, "tenant")],
+        help_text="Tenant name; defaults to your only tenant.",
+    )
 
 
 class StoredObjectSerializer(serializers.ModelSerializer):

@@ -6,13 +6,13 @@ import hashlib
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from jobs.conf import jobs_settings
 from jobs.exceptions import InputTooLarge
 from jobs.models import StoredObject, Tenant
 
@@ -26,7 +26,7 @@ def _content_type(declared: str | None) -> str:
 
 def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile) -> StoredObject:
     """Keep an upload in Django storage under a fresh name and record who owns it."""
-    limit = settings.JOBS_MAX_OBJECT_BYTES
+    limit = jobs_settings.MAX_OBJECT_BYTES
     if upload.size is None or upload.size > limit:
         raise InputTooLarge(f"upload is {upload.size} bytes, over JOBS_MAX_OBJECT_BYTES={limit}")
     digest = hashlib.sha256()

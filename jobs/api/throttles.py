@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
+
+from jobs.conf import jobs_settings
 
 from .selectors import tenant_for_submission_or_none
 
@@ -14,10 +15,10 @@ from .selectors import tenant_for_submission_or_none
 class _SettingRateThrottle(SimpleRateThrottle):
     """Reads its rate from a JOBS_* setting at request time, so overrides apply at once."""
 
-    setting_name = ""
+    setting_name = ""  # the name in jobs_settings, e.g. "THROTTLE_USER"
 
     def get_rate(self) -> str | None:
-        rate = getattr(settings, self.setting_name, "") or ""
+        rate = getattr(jobs_settings, self.setting_name) or ""
         return None if rate.strip().lower() in {"", "none", "off"} else rate
 
     def allow_request(self, request: Request, view: Any) -> bool:
@@ -33,7 +34,7 @@ class UserRateThrottle(_SettingRateThrottle):
     """Every API request of one user (JOBS_THROTTLE_USER, e.g. "600/min")."""
 
     scope = "user"
-    setting_name = "JOBS_THROTTLE_USER"
+    setting_name = "THROTTLE_USER"
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if not request.user or not request.user.is_authenticated:
@@ -45,7 +46,7 @@ class TenantRateThrottle(_SettingRateThrottle):
     """Submissions and uploads into one tenant, all members together (JOBS_THROTTLE_TENANT)."""
 
     scope = "tenant"
-    setting_name = "JOBS_THROTTLE_TENANT"
+    setting_name = "THROTTLE_TENANT"
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.method != "POST" or not request.user or not request.user.is_authenticated:

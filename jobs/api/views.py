@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
-from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, ValidationError
 from rest_framework.generics import GenericAPIView
@@ -15,13 +16,23 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
+from jobs.conf import jobs_settings
 from jobs.selectors import jobs_visible_to, objects_visible_to
 from jobs.services import job_cancel, job_submit
 from jobs.states import FINISHED, ClientStatus, JobState, states_for_client_status
 
+from . import schema  # noqa: F401  (registers the drf-spectacular extensions)
+from .base import LibraryApiSettings, extend_schema
 from .errors import Conflict, InvalidHeader, PayloadTooLarge
+from .fields import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    IDEMPOTENCY_KEY_PATTERN,
+    PAGE_SIZE_DEFAULT,
+    regex_for_schema,
+)
 from .selectors import (
     job_visible_or_404,
     job_wait_for_status_change,
@@ -33,9 +44,12 @@ from .serializers import (
     CancelSerializer,
     ErrorSerializer,
     JobAcceptedSerializer,
+    JobListQuerySerializer,
+    JobPageQuerySerializer,
     JobResultSerializer,
     JobStatusSerializer,
     JobSubmitSerializer,
+    JobWaitQuerySerializer,
     ObjectUploadSerializer,
     StoredObjectSerializer,
     client_status,
@@ -53,9 +67,21 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 _JOB_ID = OpenApiParameter("job_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+_IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH,
+        "pattern": regex_for_schema(IDEMPOTENCY_KEY_PATTERN),
+    },
+    OpenApiParameter.HEADER,
+    description="1 to 200 visible ASCII characters. A repeat with the same key and body returns "
+    "the same job (`Idempotent-Replayed: true`); the same key with another body is a 409.",
+)
 
 
-class ApiView(GenericAPIView):  # type: ignore[type-arg,unused-ignore]
+class ApiView(LibraryApiSettings, GenericAPIView):  # type: ignore[type-arg,unused-ignore]
     """Refuses an oversized raw body before anything reads it (413, not a memory spike)."""
 
     max_body_bytes: int | None = None
@@ -77,77 +103,94 @@ class ApiView(GenericAPIView):  # type: ignore[type-arg,unused-ignore]
 
 
 def _idempotency_key(request: Request) -> str | None:
-    raw = request.headers.get("Idempotency-Key")
-    if raw is None:
+    """The header exactly as sent (no trimming): what the schema's pattern describes."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
         return None
-    key = raw.strip()
-    if not 1 <= len(key) <= 200 or not all(0x21 <= ord(ch) <= 0x7E for ch in key):
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH or not re.fullmatch(IDEMPOTENCY_KEY_PATTERN, key):
         raise InvalidHeader("Idempotency-Key must be 1 to 200 visible ASCII characters")
     return key
 
 
+def _query(request: Request, serializer_class: type[Serializer]) -> dict[str, Any]:
+    """The validated query parameters a serializer declares; a repeated one is a 400 too."""
+    serializer = serializer_class(data=_single_values(request, serializer_class().fields))
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _single_values(request: Request, names: Iterable[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name in names:
+        given = request.query_params.getlist(name)
+        if len(given) > 1:
+            raise ValidationError({name: ["give this parameter at most once"]})
+        if given:
+            values[name] = given[0]
+    return values
+
+
 def _wait_seconds(request: Request) -> float:
-    raw = request.query_params.get("wait")
-    if raw in (None, ""):
-        return 0.0
-    try:
-        wait = float(raw)
-    except ValueError:
-        raise ValidationError({"wait": ["must be a number of seconds"]}) from None
-    if not 0 <= wait < float("inf"):
-        raise ValidationError({"wait": ["must be a non-negative number of seconds"]})
-    return min(wait, float(settings.JOBS_API_MAX_WAIT_SECONDS))
+    wait = _query(request, JobWaitQuerySerializer).get("wait", 0.0)
+    return float(min(wait, float(jobs_settings.API_MAX_WAIT_SECONDS)))
 
 
 class JobPagination(PageNumberPagination):
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
+    """Page numbers and sizes are checked like any other parameter: bad ones are a 400."""
+
+    page_size = PAGE_SIZE_DEFAULT  # PAGE_SIZE_MAX is the serializer's: a larger one is a 400
+
+    def get_page_size(self, request: Request) -> int:
+        return int(_query(request, JobPageQuerySerializer).get("page_size", self.page_size))
+
+    def get_page_number(self, request: Request, paginator: Any) -> int:
+        return int(_query(request, JobPageQuerySerializer).get("page", 1))
 
 
 class JobListCreateView(ApiView):
+    """`/api/jobs/`: list the jobs you may see, or submit one."""
+
     serializer_class = JobStatusSerializer
     pagination_class = JobPagination
 
     parser_classes = [JSONParser]
 
     def body_limit(self) -> int:
-        return int(settings.JOBS_MAX_INPUT_BYTES) + ENVELOPE_BYTES
+        return int(jobs_settings.MAX_INPUT_BYTES) + ENVELOPE_BYTES
 
     @extend_schema(
         summary="List the jobs you may see",
-        parameters=[
-            OpenApiParameter("status", str, enum=[s.value for s in ClientStatus]),
-            OpenApiParameter("kind", str),
-        ],
+        description=(
+            "Your jobs and your tenants' jobs, newest first, paginated. Filter by client status "
+            "and by kind. A parameter that does not match its schema, or that is given twice, is "
+            "a 400; a page past the last one is a 404."
+        ),
+        parameters=[JobListQuerySerializer, JobPageQuerySerializer],
         responses={200: JobStatusSerializer(many=True), **_errors(400, 404)},
     )
     def get(self, request: Request) -> Response:
         jobs = jobs_visible_to(request.user).select_related("tenant").order_by("-created_at", "id")
-        wanted = request.query_params.get("status")
-        if wanted:
-            if wanted not in {s.value for s in ClientStatus}:
-                raise ValidationError({"status": [f"unknown status {wanted!r}"]})
-            states = states_for_client_status(ClientStatus(wanted))
+        query = _query(request, JobListQuerySerializer)
+        if "status" in query:
+            states = states_for_client_status(ClientStatus(query["status"]))
             jobs = jobs.filter(state__in=[s.value for s in states])
-        kind = request.query_params.get("kind")
-        if kind and ("\x00" in kind or len(kind) > 100):
-            raise ValidationError({"kind": ["not a valid kind name"]})
-        if kind:
-            jobs = jobs.filter(kind=kind)
+        if "kind" in query:
+            jobs = jobs.filter(kind=query["kind"])
         page = self.paginate_queryset(jobs)
         return self.get_paginated_response(JobStatusSerializer(page, many=True).data)
 
     @extend_schema(
         summary="Submit a job (202 once it is durably recorded)",
+        description=(
+            "Records the job and its outbox message in one transaction, then answers 202 with "
+            "the status URL in `Location`. `input` is checked against the kind's input schema. "
+            "An `Idempotency-Key` or a `business_key` makes a repeat return the same job; the "
+            "same key with a different body is a 409. A body over the size limit is a 413 and "
+            "is never parsed."
+        ),
         request=JobSubmitSerializer,
         parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="Replays with the same key and body return the same job.",
-            ),
+            _IDEMPOTENCY_KEY,
             OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[202]),
             OpenApiParameter(
                 REPLAYED_HEADER,
@@ -211,38 +254,56 @@ class JobListCreateView(ApiView):
 
 
 class JobDetailView(ApiView):
+    """`/api/jobs/<id>/`: one job's status.
+
+    Mounted through jobs.api.long_poll, which does the `?wait=` waiting itself, asynchronously
+    (`wait_outside`), re-reading the job through this view (`rereading`: no throttle charge).
+    """
+
     serializer_class = JobStatusSerializer
+    wait_outside = False  # answer at once; mark the response with the wait still to do
+    rereading = False  # a long-poll's later read: authenticated and checked, not throttled
+
+    def get_throttles(self) -> list[Any]:
+        return [] if self.rereading else super().get_throttles()
 
     @extend_schema(
         summary="A job's honest status; `?wait=SECONDS` long-polls for a change",
-        parameters=[
-            _JOB_ID,
-            OpenApiParameter(
-                "wait",
-                float,
-                description="Wait up to this many seconds (capped) for the status to change.",
-            ),
-        ],
+        description=(
+            "The job's client status, attempts, timestamps and error. With `wait`, answers as "
+            "soon as the status changes or the (capped) wait ends. A job you may not see is a "
+            "404, never a 403."
+        ),
+        parameters=[_JOB_ID, JobWaitQuerySerializer],
         responses={200: JobStatusSerializer, **_errors(400, 404)},
     )
     def get(self, request: Request, job_id: str) -> Response:
         wait = _wait_seconds(request)
         job = job_visible_or_404(user=request.user, job_id=job_id)
-        if wait > 0:
+        if wait > 0 and not self.wait_outside:
             job = job_wait_for_status_change(
                 user=request.user,
                 job=job,
                 wait=wait,
-                interval=float(settings.JOBS_API_POLL_INTERVAL),
+                interval=float(jobs_settings.API_POLL_INTERVAL),
             )
-        return Response(JobStatusSerializer(job).data)
+        response = Response(JobStatusSerializer(job).data)
+        if wait > 0 and self.wait_outside and job.job_state not in FINISHED:
+            response.long_poll_seconds = wait  # type: ignore[attr-defined]
+        return response
 
 
 class JobResultView(ApiView):
+    """`/api/jobs/<id>/result/`: what a finished job produced."""
+
     serializer_class = JobResultSerializer
 
     @extend_schema(
         summary="A finished job's result (409 while it is not finished)",
+        description=(
+            "The handler's result for a succeeded job, or the error category and message for a "
+            "failed or cancelled one. Visibility is checked again at the moment of release."
+        ),
         parameters=[_JOB_ID],
         responses={200: JobResultSerializer, **_errors(404, 409)},
     )
@@ -271,10 +332,17 @@ class JobResultView(ApiView):
 
 
 class JobCancelView(ApiView):
+    """`/api/jobs/<id>/cancel/`: stop a job."""
+
     serializer_class = CancelSerializer
 
     @extend_schema(
         summary="Cancel a waiting job now, or ask a running one to stop (202)",
+        description=(
+            "A queued or retrying job is cancelled at once (200). A running job is asked to stop "
+            "and finishes on its own (202). Cancelling a cancelled job again is a 200; a job that "
+            "already finished otherwise is a 409. No request body."
+        ),
         request=None,
         parameters=[_JOB_ID],
         responses={
@@ -294,17 +362,25 @@ class JobCancelView(ApiView):
 
 
 class ObjectUploadView(ApiView):
+    """`/api/objects/`: upload input too large for a job's JSON."""
+
     serializer_class = ObjectUploadSerializer
     parser_classes = [MultiPartParser, FormParser]
 
     def body_limit(self) -> int:
-        return int(settings.JOBS_MAX_OBJECT_BYTES) + MULTIPART_OVERHEAD_BYTES
+        return int(jobs_settings.MAX_OBJECT_BYTES) + MULTIPART_OVERHEAD_BYTES
 
     @extend_schema(
         summary="Upload an object a job can reference as `input_ref`",
+        description=(
+            "Stores the `file` part of a multipart form under a server-chosen name and answers "
+            "201 with its id, size and SHA-256. A job of the same tenant may name it as "
+            "`input_ref`; the worker re-checks access before reading it. Over "
+            "JOBS_MAX_OBJECT_BYTES is a 413."
+        ),
         request={"multipart/form-data": ObjectUploadSerializer},
         parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
-        responses={201: StoredObjectSerializer, **_errors(400, 413, 415)},
+        responses={201: StoredObjectSerializer, **_errors(400, 404, 413, 415)},
     )
     def post(self, request: Request) -> Response:
         serializer = ObjectUploadSerializer(data=request.data)
@@ -321,10 +397,16 @@ class ObjectUploadView(ApiView):
 
 
 class ObjectDetailView(ApiView):
+    """`/api/objects/<id>/`: an upload's metadata."""
+
     serializer_class = StoredObjectSerializer
 
     @extend_schema(
         summary="An uploaded object's metadata (never its bytes)",
+        description=(
+            "Id, size, SHA-256, declared content type and tenant of an object you may read. "
+            "Anyone else's object is a 404."
+        ),
         parameters=[OpenApiParameter("object_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
         responses={200: StoredObjectSerializer, **_errors(404)},
     )
@@ -337,13 +419,15 @@ class ObjectDetailView(ApiView):
 
 
 @extend_schema(exclude=True)
-class ApiNotFoundView(APIView):
+class ApiNotFoundView(LibraryApiSettings, APIView):
     """Any other path under /api/: the JSON 404 (no HTML page, no slash redirect)."""
 
-    authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
     throttle_classes: list[Any] = []
 
+    def get_authenticators(self) -> list[Any]:
+        return []
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Raised before method dispatch, so every method gets the 404 rather than a 405.
-        raise NotFound(f"no API endpoint at {request.path}; paths end with a slash")
+        raise NotFound(f"no API endpoint at {request.path} (API paths end with a slash)")

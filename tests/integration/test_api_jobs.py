@@ -115,6 +115,44 @@ def test_submit_is_400__invalid_body(
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"kind": "noop", "bussiness_key": "typo"}, "bussiness_key"),  # unknown: not ignored
+        ({"kind": "noop", "business_key": 7}, "business_key"),  # a number is not a string
+        ({"kind": "noop", "business_key": ""}, "business_key"),
+        ({"kind": "noop", "input_version": "2"}, "input_version"),
+        ({"kind": "noop", "input_version": 2.0}, "input_version"),
+        ({"kind": "noop", "input_version": True}, "input_version"),
+        ({"kind": "noop", "tenant": " acme"}, "tenant"),  # not trimmed into a valid name
+        ({"kind": "noop", "input_ref": "0" * 32}, "input_ref"),  # only the 8-4-4-4-12 spelling
+        ({"kind": "noop", "input": None}, "input"),
+        ({"kind": "noop\n"}, "kind"),
+        ({"kind": 5}, "kind"),
+    ],
+)
+def test_submit_is_400__body_outside_the_schema(
+    alice: Any, body: dict[str, Any], field: str
+) -> None:
+    response = submit(token_client(alice), body)
+    assert response.status_code == 400, response.content
+    assert error_code(response) == "invalid"
+    assert field in response.json()["error"]["details"]
+    assert Job.objects.count() == 0
+
+
+def test_submit_is_400__every_unknown_field_named_with_the_other_errors(alice: Any) -> None:
+    response = submit(token_client(alice), {"input_version": 0, "extra": 1})
+    assert response.status_code == 400
+    assert set(response.json()["error"]["details"]) == {"kind", "input_version", "extra"}
+
+
+def test_submit_accepts_null_values_inside_input(alice: Any) -> None:
+    response = submit(token_client(alice), {"kind": "noop", "input": {"reviewer": None}})
+    assert response.status_code == 202, response.content
+    assert Job.objects.get().input == {"reviewer": None}
+
+
 def test_submit_is_400__nul_characters_postgres_cannot_store(alice: Any) -> None:
     client = token_client(alice)
     for body in (
@@ -136,7 +174,7 @@ def test_submit_is_400__malformed_json(alice: Any) -> None:
     assert error_code(response) == "parse_error"
 
 
-@pytest.mark.parametrize("key", ["", "x" * 201, "has space", "caf\u00e9"])
+@pytest.mark.parametrize("key", ["", "x" * 201, "has space", "caf\u00e9", " padded "])
 def test_submit_is_400__bad_idempotency_key(alice: Any, key: str) -> None:
     response = token_client(alice).post(
         "/api/jobs/",
@@ -192,12 +230,17 @@ def test_api_is_405__wrong_method(alice: Any) -> None:
 # --- tenants -------------------------------------------------------------------------------
 
 
-def test_submit_is_400__tenant_not_a_member_looks_like_no_tenant(alice: Any, mallory: Any) -> None:
+def test_submit_is_404__tenant_not_a_member_looks_like_no_tenant(alice: Any, mallory: Any) -> None:
+    """Like another tenant's `input_ref`: a 404 that says nothing about whether it exists."""
     client = token_client(alice)
     theirs = submit(client, {**REPORT, "tenant": "evil"})
     missing = submit(client, {**REPORT, "tenant": "no-such-tenant"})
-    assert theirs.status_code == missing.status_code == 400
+    assert theirs.status_code == missing.status_code == 404
     assert theirs.json() == missing.json()
+    assert error_code(theirs) == "not_found"
+    upload = _upload(client, b"x", tenant="evil")
+    assert upload.status_code == 404 and upload.json() == theirs.json()
+    assert Job.objects.count() == StoredObject.objects.count() == 0
 
 
 def test_submit_is_400__several_tenants_and_none_named(alice: Any) -> None:
@@ -309,6 +352,40 @@ def test_list_filters_by_status_and_kind__paginated(alice: Any) -> None:
     assert client.get("/api/jobs/", {"page": 99}).status_code == 404
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"page_size": "null"},
+        {"page_size": ""},
+        {"page_size": "0"},
+        {"page_size": "201"},  # refused, not silently cut to 200
+        {"page_size": "5.0"},
+        {"page": "0"},
+        {"page": "last"},
+        {"page": "abc"},
+        {"status": ""},
+        {"kind": ""},
+        {"kind": "no such kind"},
+        {"kind": "k" * 101},
+        {"status": ["queued", "failed"]},  # one value, not whichever comes last
+        {"page_size": ["5", "5"]},
+    ],
+)
+def test_list_is_400__parameter_outside_the_schema(alice: Any, query: dict[str, Any]) -> None:
+    response = token_client(alice).get("/api/jobs/", query)
+    assert response.status_code == 400, response.content
+    assert error_code(response) == "invalid"
+    assert set(response.json()["error"]["details"]) == set(query)
+
+
+def test_list_page_size__up_to_200(alice: Any) -> None:
+    client = token_client(alice)
+    for n in range(3):
+        submit(client, {"kind": "noop", "input": {"n": n}})
+    page = client.get("/api/jobs/", {"page_size": 200, "page": 1}).json()
+    assert page["count"] == 3 and len(page["results"]) == 3 and page["next"] is None
+
+
 # --- long-poll -------------------------------------------------------------------------------
 
 
@@ -347,7 +424,8 @@ def test_wait_is_capped__and_400_when_not_a_number(alice: Any, settings: Any) ->
     began = time.monotonic()
     assert client.get(f"/api/jobs/{job_id}/", {"wait": 3600}).json()["status"] == "queued"
     assert time.monotonic() - began < 30
-    for bad in ("soon", "-1", "nan"):
+    assert client.get(f"/api/jobs/{job_id}/", {"wait": "1e400"}).status_code == 200  # capped
+    for bad in ("soon", "-1", "nan", "inf", "", " 1", "1e", "0x10", ["1", "2"]):
         response = client.get(f"/api/jobs/{job_id}/", {"wait": bad})
         assert response.status_code == 400, bad
         assert "wait" in response.json()["error"]["details"]
@@ -397,6 +475,24 @@ def test_upload_is_201__stored_through_storage_and_owned_by_tenant(alice: Any) -
     assert stored.owner == alice and str(body["id"]) in stored.storage_name
 
 
+def test_object_metadata_is_200__for_the_uploader(alice: Any) -> None:
+    client = token_client(alice)
+    uploaded = _upload(client, b"a,b\n1,2\n")
+    response = client.get(uploaded["Location"])
+    assert response.status_code == 200
+    assert response.json() == uploaded.json()
+    assert set(response.json()) == {"id", "size", "sha256", "content_type", "tenant", "created_at"}
+
+
+def test_upload_is_400__empty_tenant_or_an_unknown_part(alice: Any) -> None:
+    client = token_client(alice)
+    empty = _upload(client, b"x", tenant="")
+    assert empty.status_code == 400 and "tenant" in empty.json()["error"]["details"]
+    extra = _upload(client, b"x", note="hello")
+    assert extra.status_code == 400 and "note" in extra.json()["error"]["details"]
+    assert StoredObject.objects.count() == 0
+
+
 def test_upload_is_413__over_max_object_bytes(alice: Any, settings: Any) -> None:
     settings.JOBS_MAX_OBJECT_BYTES = 100
     response = _upload(token_client(alice), b"x" * 200)
@@ -408,7 +504,8 @@ def test_upload_is_413__over_max_object_bytes(alice: Any, settings: Any) -> None
 def test_upload_is_400_without_file__and_415_for_json(alice: Any) -> None:
     client = token_client(alice)
     missing = client.post("/api/objects/", {"other": "x"})
-    assert missing.status_code == 400 and "file" in missing.json()["error"]["details"]
+    assert missing.status_code == 400
+    assert set(missing.json()["error"]["details"]) == {"file", "other"}
     as_json = client.post("/api/objects/", data="{}", content_type="application/json")
     assert as_json.status_code == 415
 
