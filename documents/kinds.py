@@ -5,14 +5,20 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.context import JobContext
-from jobs.exceptions import PermanentError
+from jobs.exceptions import Forbidden, PermanentError
 from jobs.registry import handler
+from jobs.selectors import rows_of_job_tenant
 
-from .models import DocumentRevision
+from .models import Document
 from .services import document_index_publish_if_newer
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from jobs.models import Tenant
 
 INDEX_SCHEMA = {
     "type": "object",
@@ -30,6 +36,15 @@ def index_terms(text: str, *, limit: int = 50) -> dict[str, int]:
     return dict(Counter(words).most_common(limit))
 
 
+def document_index_authorize_submit(
+    *, owner: User, tenant: Tenant | None, input: dict[str, Any]
+) -> None:
+    """At submission: the document is the job's tenant's, or nothing is accepted (404)."""
+    rows = rows_of_job_tenant(Document, tenant_id=tenant.pk if tenant else None, owner_id=owner.pk)
+    if not rows.filter(pk=input["document_id"]).exists():
+        raise Forbidden("document not found")
+
+
 @handler(
     "document.index",
     max_attempts=5,
@@ -38,12 +53,13 @@ def index_terms(text: str, *, limit: int = 50) -> dict[str, int]:
     max_delay=5,
     responsible="search-team",
     input_schema=INDEX_SCHEMA,
+    authorize_submit=document_index_authorize_submit,
 )
 def document_index(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
-    ctx.check_access()
-    revision = DocumentRevision.objects.filter(
-        document_id=input["document_id"], version=ctx.input_version
-    ).first()
+    # document_id is data: anyone who may submit could name another tenant's document. Load it
+    # only from this job's tenant (re-checking access first); otherwise Forbidden, no retry.
+    document = ctx.get_for_tenant(Document, input["document_id"])
+    revision = document.revisions.filter(version=ctx.input_version).first()
     if revision is None:
         raise PermanentError(f"document revision v{ctx.input_version} does not exist")
     terms = index_terms(revision.text)

@@ -11,9 +11,11 @@ from django.db import connection, transaction
 from django.db.models import F
 
 import jobs
+from jobs.exceptions import Forbidden
 from jobs.models import Job, Tenant
 
 from .models import Document, DocumentIndexLog, DocumentRevision
+from .selectors import documents_visible_to
 
 INDEX_KIND = "document.index"
 
@@ -34,8 +36,11 @@ def document_revise(
 
     The job pins document_id and input_version; business_key is the document, so a newer
     version supersedes queued older ones; with `serialize`, versions of one document also
-    run one at a time, in order.
+    run one at a time, in order. Only a member of the document's tenant (for an untenanted
+    document, its owner) may revise it: anyone else gets Forbidden and nothing is written.
     """
+    if not documents_visible_to(actor).filter(pk=document.pk).exists():
+        raise Forbidden("document not found")
     with transaction.atomic():
         Document.objects.filter(pk=document.pk).update(current_version=F("current_version") + 1)
         document.refresh_from_db(fields=["current_version"])

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from uuid import UUID
+
+from django.core.exceptions import ValidationError
 
 from . import effects
 from .artifacts import artifact_write_once
 from .exceptions import Forbidden, LeaseLost
 from .leases import Lease, lease_heartbeat, report_stale_write
+
+if TYPE_CHECKING:
+    from django.db.models import Model, QuerySet
 
 
 class JobContext:
@@ -42,6 +47,11 @@ class JobContext:
     @property
     def owner(self) -> int:
         return self._lease.owner_id
+
+    @property
+    def tenant_id(self) -> int | None:
+        """The job's tenant; None for a personal job of `owner`. From the lease: no query."""
+        return self._lease.tenant_id
 
     @property
     def lease(self) -> Lease:
@@ -113,9 +123,56 @@ class JobContext:
             raise Forbidden("owner no longer has access to this job's tenant")
 
     def open_input(self) -> IO[bytes]:
-        """Open the referenced upload after re-checking access."""
+        """Open the referenced upload after re-checking access; it must be the tenant's."""
         from .selectors import job_input_object_open
 
         self._ensure_owned()
         self.check_access()
-        return job_input_object_open(job_id=self.job_id)
+        return job_input_object_open(
+            job_id=self.job_id, tenant_id=self.tenant_id, owner_id=self.owner
+        )
+
+    def for_tenant[M: Model](
+        self,
+        source: type[M] | QuerySet[M],
+        *,
+        tenant_field: str = "tenant",
+        owner_field: str | None = "owner",
+    ) -> QuerySet[M]:
+        """`source` narrowed to this job's tenant (a personal job: the owner's untenanted rows).
+
+        No access re-check: call `check_access()` first, or use `get_for_tenant()`.
+        """
+        from .selectors import rows_of_job_tenant
+
+        return rows_of_job_tenant(
+            source,
+            tenant_id=self.tenant_id,
+            owner_id=self.owner,
+            tenant_field=tenant_field,
+            owner_field=owner_field,
+        )
+
+    def get_for_tenant[M: Model](
+        self,
+        source: type[M] | QuerySet[M],
+        pk: Any,
+        *,
+        tenant_field: str = "tenant",
+        owner_field: str | None = "owner",
+    ) -> M:
+        """Re-check access, then load `pk` only if it belongs to this job's tenant.
+
+        A missing row and another tenant's row raise the same Forbidden (permanent), so a job
+        learns nothing about other tenants from an id in its input.
+        """
+        self._ensure_owned()
+        self.check_access()
+        rows = self.for_tenant(source, tenant_field=tenant_field, owner_field=owner_field)
+        try:
+            found = rows.filter(pk=pk).first()
+        except (TypeError, ValueError, ValidationError):  # a malformed id is not found either
+            found = None
+        if found is None:
+            raise Forbidden(f"{rows.model._meta.label} not found in this job's tenant")
+        return found

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.files.storage import default_storage
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from .exceptions import Forbidden
 from .models import Job, StoredObject, Tenant
@@ -46,8 +46,36 @@ def job_owner_has_access(*, job_id: UUID) -> bool:
     return job.owner.tenants.filter(pk=job.tenant_id).exists()
 
 
-def job_input_object_open(*, job_id: UUID) -> IO[bytes]:
-    job = Job.objects.select_related("input_ref").get(pk=job_id)
-    if job.input_ref is None:
-        raise Forbidden("this job names no input object")
-    return default_storage.open(job.input_ref.storage_name, "rb")
+def rows_of_job_tenant[M: Model](
+    source: type[M] | QuerySet[M],
+    *,
+    tenant_id: int | None,
+    owner_id: int,
+    tenant_field: str = "tenant",
+    owner_field: str | None = "owner",
+) -> QuerySet[M]:
+    """Rows that belong to a job's tenant; for a personal job, its owner's rows with no tenant.
+
+    The rule of the submit path (`object_for_job_or_404`). `tenant_field` and `owner_field` are
+    lookups, so a row can belong through a relation (`"document__tenant"`). Without an
+    `owner_field` a personal job owns nothing: a row with no tenant is nobody's in particular.
+    """
+    rows = source._default_manager.all() if isinstance(source, type) else source
+    if tenant_id is not None:
+        return rows.filter(**{tenant_field: tenant_id})
+    if owner_field is None:
+        return rows.none()
+    return rows.filter(**{f"{tenant_field}__isnull": True, owner_field: owner_id})
+
+
+def job_input_object_open(*, job_id: UUID, tenant_id: int | None, owner_id: int) -> IO[bytes]:
+    """The job's `input_ref`, only if it belongs to the job's tenant (the job row is data)."""
+    found = (
+        rows_of_job_tenant(StoredObject, tenant_id=tenant_id, owner_id=owner_id)
+        .filter(jobs__pk=job_id)
+        .first()
+    )
+    if found is None:
+        # No input_ref, or another tenant's object: one answer, which says nothing about it.
+        raise Forbidden("the job has no input object in its tenant")
+    return default_storage.open(found.storage_name, "rb")

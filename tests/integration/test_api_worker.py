@@ -11,7 +11,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from jobs.kinds.api_drills import signal_name
+from demo.api_drill_kinds import signal_name
 from jobs.models import Job, JobEvent, QuarantineRecord, Tenant
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
@@ -118,7 +118,7 @@ def test_revoked_reviewer_loses_job_during_run__worker_quarantines_forbidden(
     assert job.attempt == 1 and job.generation == 1  # permanent: never retried
     assert "Forbidden" in job.error_message
     record = QuarantineRecord.objects.get(job_id=job_id)
-    assert record.reason == "permanent failure: forbidden"
+    assert record.reason.startswith("permanent failure: forbidden: ")
     assert not JobEvent.objects.filter(job_id=job_id, to_state="retry_wait").exists()
     status = lead_client.get(f"/api/jobs/{job_id}/").json()
     assert status["error"]["category"] == "forbidden"  # a revoked grant, named as such

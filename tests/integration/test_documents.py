@@ -1,4 +1,5 @@
-"""Input versions and the conditional publish of document.index (in-process, real Postgres)."""
+"""Input versions, the conditional publish and the tenant check of document.index (in-process,
+real Postgres)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from django.db import DatabaseError, connection, transaction
 
 import jobs
 from documents.kinds import index_terms
-from documents.models import DocumentIndex, DocumentIndexLog
+from documents.models import Document, DocumentIndex, DocumentIndexLog, DocumentRevision
 from documents.services import document_create, document_index_publish_if_newer, document_revise
+from jobs.exceptions import Forbidden
 from jobs.leases import job_claim
-from jobs.models import EffectLedgerEntry, Job
+from jobs.models import EffectLedgerEntry, Job, QuarantineRecord, Tenant
+from jobs.runtime import Outcome
 from jobs.services import job_complete
+from outbox.models import OutboxEntry
 
 pytestmark = pytest.mark.django_db
 
@@ -127,3 +131,145 @@ def test_keyed_completion_with_a_lost_lease__hands_nothing_over(user: Any) -> No
 
     assert Job.objects.get(pk=first.pk).state == "leased"
     assert OutboxEntry.objects.filter(job_id=second.pk).count() == 0
+
+
+# --- objects a job references belong to its tenant (issue 14) --------------------------------
+
+SECRET_TEXT = "merger merger merger codename bluebird"
+
+
+def _member(django_user_model: Any, username: str, tenant_name: str) -> Any:
+    user = django_user_model.objects.create_user(username=username, password="pw")
+    tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
+    tenant.members.add(user)
+    return user
+
+
+@pytest.fixture
+def acme_doc(django_user_model: Any) -> Document:
+    """Acme's document: v1 indexed, v2 written but not indexed yet (a publish would show)."""
+    alice = _member(django_user_model, "alice", "acme")
+    doc = document_create(owner=alice, title="plans", tenant=Tenant.objects.get(name="acme"))
+    _, v1 = document_revise(document=doc, text="public notes", actor=alice, serialize=False)
+    assert jobs.execute(v1.pk).outcome is Outcome.SUCCEEDED
+    DocumentRevision.objects.create(document=doc, version=2, text=SECRET_TEXT)
+    Document.objects.filter(pk=doc.pk).update(current_version=2)
+    return doc
+
+
+def _index_job(owner: Any, tenant: Tenant | None, document_id: int, version: int = 2) -> Job:
+    """A job row naming `document_id`, rewritten behind the submit path's back: a row is data."""
+    own = document_create(owner=owner, title="decoy", tenant=tenant)
+    job = jobs.submit(
+        kind="document.index",
+        input={"document_id": own.pk},
+        owner=owner,
+        tenant=tenant,
+        input_version=version,
+    )
+    Job.objects.filter(pk=job.pk).update(input={"document_id": document_id})
+    return job
+
+
+def _assert_quarantined_forbidden(job: Job) -> Job:
+    job.refresh_from_db()
+    assert (job.state, job.error_category, job.attempt) == ("quarantined", "forbidden", 1)
+    assert job.result is None
+    reason = QuarantineRecord.objects.get(job_id=job.pk).reason
+    assert reason.startswith("permanent failure: forbidden: ")
+    assert not EffectLedgerEntry.objects.filter(job_id=job.pk).exists()
+    assert not DocumentIndexLog.objects.filter(job_id=job.pk).exists()
+    return job
+
+
+def test_index_job_is_quarantined_forbidden__document_of_another_tenant(
+    acme_doc: Document, django_user_model: Any
+) -> None:
+    before = DocumentIndex.objects.values().get(document=acme_doc)
+    mallory = _member(django_user_model, "mallory", "evil")
+    job = _index_job(mallory, Tenant.objects.get(name="evil"), acme_doc.pk)
+
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+
+    job = _assert_quarantined_forbidden(job)
+    assert DocumentIndex.objects.values().get(document=acme_doc) == before  # nothing published
+    assert "bluebird" not in job.error_message and "merger" not in job.error_message
+    assert str(acme_doc.pk) not in job.error_message
+    assert jobs.execute(job.pk).outcome is Outcome.DUPLICATE  # permanent: never run again
+
+
+def test_index_job_fails_alike__missing_document_and_another_tenants(
+    acme_doc: Document, django_user_model: Any
+) -> None:
+    mallory = _member(django_user_model, "mallory", "evil")
+    evil = Tenant.objects.get(name="evil")
+    theirs = _index_job(mallory, evil, acme_doc.pk)
+    missing = _index_job(mallory, evil, acme_doc.pk + 1000)
+
+    assert jobs.execute(theirs.pk).outcome is Outcome.QUARANTINED
+    assert jobs.execute(missing.pk).outcome is Outcome.QUARANTINED
+
+    theirs, missing = _assert_quarantined_forbidden(theirs), _assert_quarantined_forbidden(missing)
+    assert theirs.error_message == missing.error_message  # existence elsewhere does not show
+
+
+def test_index_job_is_quarantined_forbidden__personal_document_of_another_user(
+    user: Any, other_user: Any
+) -> None:
+    doc = document_create(owner=user, title="diary")
+    DocumentRevision.objects.create(document=doc, version=1, text=SECRET_TEXT)
+    job = _index_job(other_user, None, doc.pk, version=1)
+
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+
+    _assert_quarantined_forbidden(job)
+    assert not DocumentIndex.objects.filter(document=doc).exists()
+
+
+def test_index_job_is_quarantined_forbidden__submitter_left_the_documents_tenant(
+    acme_doc: Document, django_user_model: Any
+) -> None:
+    bob = _member(django_user_model, "bob", "acme")
+    _, job = document_revise(document=acme_doc, text="bob's edit", actor=bob)
+    Tenant.objects.get(name="acme").members.remove(bob)
+
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+
+    _assert_quarantined_forbidden(job)
+    assert DocumentIndex.objects.get(document=acme_doc).version == 1
+
+
+def test_index_job_publishes__document_of_the_jobs_tenant_revised_by_another_member(
+    acme_doc: Document, django_user_model: Any
+) -> None:
+    bob = _member(django_user_model, "bob", "acme")
+    _, job = document_revise(document=acme_doc, text="alpha beta", actor=bob)
+
+    assert jobs.execute(job.pk).outcome is Outcome.SUCCEEDED
+
+    index = DocumentIndex.objects.get(document=acme_doc)
+    assert (index.version, index.terms, index.job_id) == (3, index_terms("alpha beta"), job.pk)
+
+
+def test_revise_is_forbidden_and_writes_nothing__actor_outside_the_documents_tenant(
+    acme_doc: Document, django_user_model: Any
+) -> None:
+    mallory = _member(django_user_model, "mallory", "evil")
+    jobs_before, outbox_before = Job.objects.count(), OutboxEntry.objects.count()
+
+    with pytest.raises(Forbidden):
+        document_revise(document=acme_doc, text="defaced", actor=mallory)
+
+    acme_doc.refresh_from_db()
+    assert acme_doc.current_version == 2
+    assert not acme_doc.revisions.filter(text="defaced").exists()
+    assert (Job.objects.count(), OutboxEntry.objects.count()) == (jobs_before, outbox_before)
+
+
+def test_revise_is_forbidden__personal_document_of_another_user(user: Any, other_user: Any) -> None:
+    doc = document_create(owner=user, title="diary")
+
+    with pytest.raises(Forbidden):
+        document_revise(document=doc, text="x", actor=other_user)
+
+    assert not Job.objects.exists() and not doc.revisions.exists()
