@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import pythonjsonlogger.core
+
+from jobsite import deploy
+from jobsite.envsettings import library_settings_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,9 +25,16 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
-DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+# development (default: `make run`, the tests) or production (Dockerfile, compose.yaml).
+# Production refuses a default or weak secret at start-up (jobsite/deploy.py).
+DJANGO_ENV = deploy.environment(os.environ)
+PRODUCTION = DJANGO_ENV == "production"
+SECRET_KEY = deploy.secret_key(os.environ, production=PRODUCTION)
+DEBUG = deploy.debug(os.environ, production=PRODUCTION)
+ALLOWED_HOSTS = env_list(
+    "DJANGO_ALLOWED_HOSTS",
+    "127.0.0.1,localhost" if PRODUCTION else "127.0.0.1,localhost,testserver",
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -35,14 +46,18 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_results",
     "jobs",
     "outbox",
     "documents",
+    "demo",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS, Swagger UI) from the web process itself, any server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -53,11 +68,12 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "jobsite.urls"
 WSGI_APPLICATION = "jobsite.wsgi.application"
+ASGI_APPLICATION = "jobsite.asgi.application"
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -69,13 +85,26 @@ TEMPLATES = [
     },
 ]
 
+# DATABASE_POOL_SIZE > 0: connections from a psycopg pool of that size per process instead
+# of persistent ones (which leak under ASGI: each request runs its sync code in a thread of
+# its own). jobsite.asgi sets it for the web server.
+DATABASE_POOL_SIZE = int(os.environ.get("DATABASE_POOL_SIZE", "0"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/durable_jobs"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_max_age=0
+        if DATABASE_POOL_SIZE
+        else int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
     )
 }
+if DATABASE_POOL_SIZE:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_SIZE,
+        # A request that finds the pool busy for this long fails instead of hanging.
+        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
+    }
 # Parallel test runs (helpers, CI) each name their own test database.
 DATABASES["default"]["TEST"] = {
     "NAME": os.environ.get("JOBS_TEST_DATABASE_NAME", "test_durable_jobs")
@@ -88,108 +117,80 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# `manage.py collectstatic` fills it (`make setup`, the Dockerfile); WhiteNoise serves it.
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+# Uploads (/api/objects/) and write-once artifacts: every web and worker process must see the
+# same directory (compose.yaml mounts one volume at /app/var/media in all of them).
 MEDIA_ROOT = Path(os.environ.get("JOBS_MEDIA_ROOT", str(BASE_DIR / "var" / "media")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # Production: hashed, compressed names served with a year's cache (needs collectstatic).
+    # Development: the files as they are, found in the apps when not collected.
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
 }
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 LOGIN_URL = "/admin/login/"
 
+# --- HTTPS and proxies: secure by default in production (`manage.py check --deploy`) -------
+# Probes and scrapes reach the web process directly over plain HTTP inside the network.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", PRODUCTION)
+# A year, subdomains included, preload-ready: lower them (DJANGO_SECURE_HSTS_*) before the
+# first production deploy if the domain is shared or not yet HTTPS everywhere.
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0")
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", PRODUCTION)
+# Behind a TLS-terminating proxy: DJANGO_PROXY_SSL_HEADER=X-Forwarded-Proto (the proxy must
+# overwrite it), DJANGO_CSRF_TRUSTED_ORIGINS=https://jobs.example.com when the browser's
+# origin differs from the Host the app sees, DJANGO_USE_X_FORWARDED_HOST=1 if the proxy
+# rewrites Host.
+SECURE_PROXY_SSL_HEADER = deploy.proxy_ssl_header(os.environ)
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+USE_X_FORWARDED_HOST = env_bool("DJANGO_USE_X_FORWARDED_HOST", False)
+
 # --- Celery: transport only; the database holds job state -------------------------------
+# The library needs only CELERY_BROKER_URL. `jobs.execute` carries its own acks_late,
+# reject_on_worker_lost and time limits, and the library adds its maintenance tasks to beat.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_RESULT_EXTENDED = True
 CELERY_TASK_IGNORE_RESULT = True  # maintenance tasks opt back in
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_TIME_LIMIT = int(os.environ.get("JOBS_TASK_TIME_LIMIT", "900"))
-CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("JOBS_TASK_SOFT_TIME_LIMIT", "840"))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Redis redelivers unacked messages after this; the hard time limit must stay well below it.
+    # Redis redelivers unacked messages after this; JOBS_TASK_TIME_LIMIT must stay well below.
     "visibility_timeout": int(os.environ.get("JOBS_VISIBILITY_TIMEOUT", "3600")),
 }
-# RabbitMQ's consumer_timeout (server side, default 30 min) plays the same role there.
-JOBS_RABBITMQ_CONSUMER_TIMEOUT = int(os.environ.get("JOBS_RABBITMQ_CONSUMER_TIMEOUT", "1800"))
-CELERY_TASK_DEFAULT_QUEUE = "jobs"
-CELERY_TASK_ROUTES = {
-    "jobs.execute": {"queue": "jobs"},
-    "outbox.*": {"queue": "maintenance"},
-    "jobs.maintenance.*": {"queue": "maintenance"},
-}
 
-OUTBOX_RELAY_INTERVAL = float(os.environ.get("OUTBOX_RELAY_INTERVAL", "1.0"))
-OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "500"))
-OUTBOX_RESERVATION_SECONDS = float(os.environ.get("OUTBOX_RESERVATION_SECONDS", "30"))
-OUTBOX_FAST_PATH = env_bool("OUTBOX_FAST_PATH", True)
-# The fast path's "published" marks are batched per process at this interval (outbox/marks.py);
-# 0 marks each publish at once. Must stay far below OUTBOX_RESERVATION_SECONDS.
-OUTBOX_MARK_INTERVAL = float(os.environ.get("OUTBOX_MARK_INTERVAL", "0.05"))
-OUTBOX_RETENTION_SECONDS = int(os.environ.get("OUTBOX_RETENTION_SECONDS", str(7 * 24 * 3600)))
-OUTBOX_PUBLISH_BACKOFF_CAP = float(os.environ.get("OUTBOX_PUBLISH_BACKOFF_CAP", "60"))
-
-JOBS_REAP_INTERVAL = float(os.environ.get("JOBS_REAP_INTERVAL", "5"))
-JOBS_RECONCILE_INTERVAL = float(os.environ.get("JOBS_RECONCILE_INTERVAL", "60"))
-# Due work with a published message nobody claimed for this long counts as lost by the broker.
-JOBS_RECONCILE_STALE_AFTER = float(os.environ.get("JOBS_RECONCILE_STALE_AFTER", "300"))
-# Bearer token for Prometheus scrapes of /metrics (empty: staff sessions only).
-JOBS_METRICS_TOKEN = os.environ.get("JOBS_METRICS_TOKEN", "")
-JOBS_WORKER_HEARTBEAT_INTERVAL = float(os.environ.get("JOBS_WORKER_HEARTBEAT_INTERVAL", "15"))
-JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES")
-JOBS_BUILTIN_HANDLER_MODULES = ["jobs.kinds.builtin", "documents.kinds"]
-JOBS_MAX_INPUT_BYTES = int(os.environ.get("JOBS_MAX_INPUT_BYTES", str(64 * 1024)))
-JOBS_DEFAULT_LEASE_SECONDS = float(os.environ.get("JOBS_DEFAULT_LEASE_SECONDS", "30"))
-JOBS_WORKER_NAME = os.environ.get("JOBS_WORKER_NAME", "")
-# The per-job statements as server-side prepared statements (jobs/prepared.py). Turn off
-# behind a transaction-mode pooler that does not keep them (PgBouncer before 1.21).
-JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", True)
-NOTIFY_PROVIDER_URL = os.environ.get("NOTIFY_PROVIDER_URL", "http://127.0.0.1:8765/notify")
+# --- durable-jobs: every JOBS_* / OUTBOX_* setting has a default (docs/operations.md) -------
+# This example project lets the environment set any of them (JOBS_TASK_TIME_LIMIT=60, ...).
+globals().update(library_settings_from_env(os.environ))
+# The example apps' kinds (demo/kinds.py, documents/kinds.py) are found by autodiscovery;
+# JOBS_HANDLER_MODULES (comma-separated in the environment) adds more, e.g. the tests' kinds.
+NOTIFY_PROVIDER_URL = os.environ.get(
+    "NOTIFY_PROVIDER_URL", f"http://127.0.0.1:{os.environ.get('PROVIDER_PORT', '8765')}/notify"
+)
 NOTIFY_PROVIDER_TIMEOUT = float(os.environ.get("NOTIFY_PROVIDER_TIMEOUT", "5"))
 
-CELERY_BEAT_SCHEDULE = {
-    "outbox-relay": {
-        "task": "outbox.relay_tick",
-        "schedule": OUTBOX_RELAY_INTERVAL,
-        "options": {"expires": max(OUTBOX_RELAY_INTERVAL * 5, 5)},
-    },
-    "outbox-prune": {"task": "outbox.prune", "schedule": 3600.0},
-    "jobs-reap": {
-        "task": "jobs.maintenance.reap",
-        "schedule": JOBS_REAP_INTERVAL,
-        "options": {"expires": max(JOBS_REAP_INTERVAL * 5, 10)},
-    },
-    "jobs-reconcile": {
-        "task": "jobs.maintenance.reconcile",
-        "schedule": JOBS_RECONCILE_INTERVAL,
-        "options": {"expires": max(JOBS_RECONCILE_INTERVAL * 2, 10)},
-    },
-}
+# --- Django's Tasks framework on durable jobs (docs/django-tasks.md) ----------------------
+TASKS = {"default": {"BACKEND": "jobs.tasks_backend.DurableJobsBackend"}}
 
 # --- API ---------------------------------------------------------------------------------
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "jobs.api.errors.api_exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": [
-        "jobs.api.throttles.UserRateThrottle",
-        "jobs.api.throttles.TenantRateThrottle",
-    ],
-}
-# Rates like "600/min" ("off" disables); counted in the default cache (per process unless
-# CACHES points at a shared backend).
-JOBS_THROTTLE_USER = os.environ.get("JOBS_THROTTLE_USER", "1200/min")
-JOBS_THROTTLE_TENANT = os.environ.get("JOBS_THROTTLE_TENANT", "6000/min")
+# The library's API views carry their own authentication, permissions, throttles and error
+# handler; this project's REST_FRAMEWORK is not read by them.
 # Several web processes must share their throttle counters: e.g. redis://127.0.0.1:6379/1.
 if os.environ.get("JOBS_CACHE_URL"):
     CACHES = {
@@ -198,32 +199,47 @@ if os.environ.get("JOBS_CACHE_URL"):
             "LOCATION": os.environ["JOBS_CACHE_URL"],
         }
     }
-JOBS_MAX_OBJECT_BYTES = int(os.environ.get("JOBS_MAX_OBJECT_BYTES", str(10 * 1024 * 1024)))
-JOBS_API_MAX_WAIT_SECONDS = float(os.environ.get("JOBS_API_MAX_WAIT_SECONDS", "30"))
-JOBS_API_POLL_INTERVAL = float(os.environ.get("JOBS_API_POLL_INTERVAL", "0.25"))
 SPECTACULAR_SETTINGS = {
     "TITLE": "durable-jobs API",
     "DESCRIPTION": "Accept work with 202, then read its honest status.",
     "VERSION": "0.1.0",
+    # This project's API is the library's: the deploy check (`check --deploy`) generates it.
+    "DEFAULT_GENERATOR_CLASS": "jobs.api.base.LibraryApiSchemaGenerator",
+    # Swagger UI and ReDoc from drf-spectacular-sidecar's static files, not a CDN, and no
+    # online validator badge: /api/docs/ and /api/redoc/ work without internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
+# jobs.logging.JobContextFilter puts the job (id, kind, attempt, generation, worker) on every
+# line logged while a worker runs one: as keys in JSON, as `%(job_fields)s` in text.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s%(job_fields)s",
+            "defaults": {"job_fields": ""},  # a record that missed the filter still prints
+        },
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            # The job's fields are keys of their own; their text form would repeat them.
+            "reserved_attrs": [*pythonjsonlogger.core.RESERVED_ATTRS, "job_fields"],
         },
     },
-    "filters": {"redact_payloads": {"()": "jobs.logging.RedactPayloadFilter"}},
+    "filters": {
+        "job_context": {"()": "jobs.logging.JobContextFilter"},
+        "redact_payloads": {"()": "jobs.logging.RedactPayloadFilter"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "text",
-            "filters": ["redact_payloads"],
+            "filters": ["job_context", "redact_payloads"],
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start PostgreSQL, Redis and RabbitMQ on 127.0.0.1 when they are not already answering.
+# Start PostgreSQL and Redis (and RabbitMQ when asked for) on 127.0.0.1 when they are not
+# already answering.
 set -u
 
 pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
@@ -28,7 +29,11 @@ if ! redis_up; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
   wait_for Redis redis_up 15 || exit 1
 fi
-if [ "${JOBS_NEED_RABBITMQ:-1}" = "1" ] && ! rabbit_up; then
+# RabbitMQ only when asked for: JOBS_NEED_RABBITMQ=1 (CI sets it for the RabbitMQ tests) or
+# an amqp:// broker URL. `make run` and `make setup` need PostgreSQL and Redis only.
+need_rabbitmq="${JOBS_NEED_RABBITMQ:-0}"
+case "${CELERY_BROKER_URL:-}" in amqp://* | pyamqp://*) need_rabbitmq=1 ;; esac
+if [ "$need_rabbitmq" = "1" ] && ! rabbit_up; then
   echo "starting RabbitMQ"
   rabbitmq-server -detached || true
   wait_for RabbitMQ rabbit_up 60 || exit 1

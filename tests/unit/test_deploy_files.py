@@ -1,0 +1,260 @@
+"""compose.yaml, the Dockerfile, the Procfile and deploy/ read as Docker and honcho read them
+(no container runtime runs here): services, healthchecks, restart policies, shared volumes,
+the rabbitmq profile's broker, production settings and the ports' variables."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+RABBITMQ_ENV = ROOT / "deploy" / "rabbitmq.env"
+SECRETS = {"DJANGO_SECRET_KEY": "k" * 60, "FLOWER_BASIC_AUTH": "ops:a-long-password"}
+ONE_SHOT = {"migrate"}
+_VARIABLE = re.compile(r"\$(?:\$|\{(\w+)(?:(:?[-?])([^}]*))?\}|(\w+))")
+
+
+class MissingVariable(LookupError):
+    pass
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, $VAR and $$."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1) or match.group(4)
+        operator, argument = match.group(2), match.group(3)
+        value = env.get(name)
+        if operator in (":-", ":?") and not value:
+            value = None
+        if value is not None:
+            return value
+        if operator and operator.endswith("?"):
+            raise MissingVariable(f"{name}: {argument}")
+        return argument if operator else ""
+
+    return _VARIABLE.sub(replace, text)
+
+
+def read_env_file(path: Path, env: Mapping[str, str]) -> dict[str, str]:
+    found = dict(env)
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            found[name.strip()] = interpolate(value.strip(), found)
+    return found
+
+
+def resolve(node: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(node, str):
+        return interpolate(node, env)
+    if isinstance(node, list):
+        return [resolve(item, env) for item in node]
+    if isinstance(node, dict):
+        return {key: resolve(value, env) for key, value in node.items()}
+    return node
+
+
+def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text())  # PyYAML resolves the `<<` merge keys
+    return dict(resolve(loaded, SECRETS if env is None else env))
+
+
+def services(config: dict[str, Any], profiles: frozenset[str] = frozenset()) -> dict[str, Any]:
+    return {
+        name: spec
+        for name, spec in config["services"].items()
+        if not spec.get("profiles") or set(spec["profiles"]) & profiles
+    }
+
+
+def app_services(config: dict[str, Any]) -> dict[str, Any]:
+    """The services built from this repository's image."""
+    return {name: spec for name, spec in config["services"].items() if "build" in spec}
+
+
+def command_of(spec: dict[str, Any]) -> str:
+    command = spec.get("command") or dockerfile_cmd()
+    return " ".join(command) if isinstance(command, list) else str(command)
+
+
+def dockerfile_text() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def dockerfile_cmd() -> list[str]:
+    (line,) = [ln for ln in dockerfile_text().splitlines() if ln.startswith("CMD ")]
+    return list(json.loads(line.removeprefix("CMD ")))
+
+
+def dockerfile_env() -> dict[str, str]:
+    text = dockerfile_text().replace("\\\n", " ")
+    return {
+        name: value
+        for line in text.splitlines()
+        if line.startswith("ENV ")
+        for name, value in re.findall(r"(\w+)=(\S+)", line)
+    }
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.strip())
+
+
+# -- compose.yaml ---------------------------------------------------------------------------
+
+
+def test_every_long_running_service_restarts_and_reports_health__compose() -> None:
+    config = compose()
+    for name, spec in services(config, frozenset({"rabbitmq"})).items():
+        if name in ONE_SHOT:
+            assert spec.get("restart") == "no", name
+            continue
+        assert spec.get("restart") in {"unless-stopped", "always"}, name
+        test = spec.get("healthcheck", {}).get("test")
+        assert test and test[0] in {"CMD", "CMD-SHELL"} and len(test) > 1, name
+        assert not spec["healthcheck"].get("disable"), name
+
+
+def test_the_stack_has_every_role__compose_and_procfile() -> None:
+    config = compose()
+    commands = {name: command_of(spec) for name, spec in app_services(config).items()}
+    assert {"migrate", "web", "worker", "maintenance", "beat", "flower", "provider"} <= set(
+        commands
+    )
+    assert "--queues=jobs " in commands["worker"] + " "
+    assert "--queues=jobs.maintenance" in commands["maintenance"]
+    beats = [name for name, command in commands.items() if " beat " in f" {command} "]
+    assert beats == ["beat"], "exactly one beat"
+    assert set(procfile()) <= set(commands)
+
+
+def test_web_and_every_worker_share_one_media_volume__uploads_and_artifacts() -> None:
+    config = compose()
+    assert "media" in config["volumes"]
+    for name in ("web", "worker", "maintenance"):
+        spec = config["services"][name]
+        root = spec["environment"]["JOBS_MEDIA_ROOT"]
+        assert f"media:{root}" in spec["volumes"], name
+        assert root == dockerfile_env()["JOBS_MEDIA_ROOT"]
+    # And the database and the broker keep their data across container restarts.
+    assert any(v.startswith("pgdata:") for v in config["services"]["postgres"]["volumes"])
+    assert any(v.startswith("redisdata:") for v in config["services"]["redis"]["volumes"])
+
+
+@pytest.mark.parametrize("password", [None, "rabbit-s3cret"])
+def test_rabbitmq_profile_switches_the_broker__env_file(password: str | None) -> None:
+    given = {**SECRETS, **({"RABBITMQ_PASSWORD": password} if password else {})}
+    env = read_env_file(RABBITMQ_ENV, given)
+    assert "rabbitmq" in env["COMPOSE_PROFILES"].split(",")
+    config = compose(env)
+    rabbit = config["services"]["rabbitmq"]
+    assert rabbit["profiles"] == ["rabbitmq"]
+    user, password = (
+        rabbit["environment"]["RABBITMQ_DEFAULT_USER"],
+        rabbit["environment"]["RABBITMQ_DEFAULT_PASS"],
+    )
+    for name, spec in app_services(config).items():
+        assert spec["environment"]["CELERY_BROKER_URL"] == (
+            f"amqp://{user}:{password}@rabbitmq:5672//"
+        ), name
+        dependency = spec["depends_on"]["rabbitmq"]
+        assert dependency["condition"] == "service_healthy", name
+        assert dependency["required"] is False, name  # ignored without the profile
+    assert password is None or password in rabbit["environment"]["RABBITMQ_DEFAULT_PASS"]
+    # Without the env file: Redis, and RabbitMQ is not started.
+    default = compose()
+    brokers = {spec["environment"]["CELERY_BROKER_URL"] for spec in app_services(default).values()}
+    assert brokers == {"redis://redis:6379/0"}
+    assert "rabbitmq" not in services(default)
+
+
+def test_production_settings_and_no_default_secret__compose() -> None:
+    config = compose()
+    for name, spec in app_services(config).items():
+        env = spec["environment"]
+        assert env["DJANGO_ENV"] == "production", name
+        assert env["DJANGO_SECRET_KEY"] == SECRETS["DJANGO_SECRET_KEY"], name
+        assert env["DJANGO_PROXY_SSL_HEADER"] == "X-Forwarded-Proto", name
+    for missing in SECRETS:
+        with pytest.raises(MissingVariable, match=missing):
+            compose({k: v for k, v in SECRETS.items() if k != missing})
+
+
+def test_only_the_tls_proxy_is_published_for_web__compose_and_caddyfile() -> None:
+    config = compose()
+    web, proxy = config["services"]["web"], config["services"]["proxy"]
+    assert "ports" not in web  # plain HTTP stays inside the network
+    assert proxy["ports"] == ["127.0.0.1:8443:8443"]
+    bind = dockerfile_cmd()[dockerfile_cmd().index("--bind") + 1]
+    port = bind.rsplit(":", 1)[1]
+    assert f"127.0.0.1:{port}/healthz" in " ".join(web["healthcheck"]["test"])
+    caddyfile = (ROOT / "deploy" / "Caddyfile").read_text()
+    assert f"reverse_proxy {{$WEB_UPSTREAM:web:{port}}}" in caddyfile
+    assert "https://127.0.0.1:8443" in caddyfile and "skip_install_trust" in caddyfile
+    assert "./deploy/Caddyfile:/etc/caddy/Caddyfile:ro" in proxy["volumes"]
+    for name, spec in config["services"].items():
+        for published in spec.get("ports", []):
+            assert published.startswith("127.0.0.1:"), (name, published)
+
+
+# -- Dockerfile -----------------------------------------------------------------------------
+
+
+def test_image_runs_the_production_server_with_collected_static_files__dockerfile() -> None:
+    text = dockerfile_text()
+    assert dockerfile_env()["DJANGO_ENV"] == "production"
+    assert dockerfile_cmd() == [
+        "gunicorn",
+        "-c",
+        "python:jobsite.gunicorn",
+        "--bind",
+        "0.0.0.0:8000",
+        "jobsite.asgi:application",
+    ]
+    assert 'pip install --no-cache-dir ".[demo]"' in text
+    assert "manage.py collectstatic --noinput" in text
+    sources = [line.split()[1] for line in text.splitlines() if line.startswith("COPY ")]
+    for source in sources:
+        for path in source.split():
+            assert (ROOT / path).exists(), f"COPY {path}: no such file"
+    copied = {Path(s).name for s in sources}
+    assert {"jobsite", "jobs", "outbox", "documents", "demo", "manage.py"} <= copied
+
+
+# -- Procfile ------------------------------------------------------------------------------
+
+
+def test_make_run_uses_the_production_server_and_ports_from_the_environment__procfile() -> None:
+    roles = procfile()
+    web = shlex.split(roles["web"])
+    image = dockerfile_cmd()
+    assert web[: web.index("--bind")] == image[: image.index("--bind")]
+    assert web[-1] == image[-1] == "jobsite.asgi:application"
+    assert "127.0.0.1:${WEB_PORT:-8000}" in roles["web"]
+    assert "--port=${FLOWER_PORT:-5555}" in roles["flower"]
+    assert "--port ${PROVIDER_PORT:-8765}" in roles["provider"]
+    assert "--conf=jobsite/flowerconfig.py" in roles["flower"]
+    assert "--basic-auth" not in roles["flower"]  # jobsite/flowerconfig.py decides
+    for role, command in roles.items():
+        bare = re.sub(r"\$\{\w+:-[^}]*\}", "", command)
+        assert not re.search(r"\b(8000|5555|8765)\b", bare), (role, command)
+
+
+def test_rabbitmq_started_only_when_asked__ensure_services() -> None:
+    script = (ROOT / "scripts" / "ensure-services.sh").read_text()
+    assert 'need_rabbitmq="${JOBS_NEED_RABBITMQ:-0}"' in script
+    assert "amqp://*" in script
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'JOBS_NEED_RABBITMQ="${JOBS_NEED_RABBITMQ:-1}"' in ci
