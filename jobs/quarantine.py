@@ -1,11 +1,14 @@
 """Operator decisions on quarantined jobs: redrive, replay as a new input version, discard.
 
 Each one is a guarded transition of the job plus the quarantine record, with an audit event
-that names who decided and why.
+that names who decided and why. A replay may carry corrected input (the admin's form,
+`jobs_redrive --input-file`): it is checked against the kind's input schema before anything
+changes, and a refusal leaves the job and its record as they were.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -14,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import registry
-from .exceptions import InvalidTransition
+from .exceptions import InvalidTransition, ValidationFailed
 from .models import Job, QuarantineRecord, QuarantineStatus
 from .services import job_enqueue_execute, job_submit, job_transition
 from .states import JobState
@@ -26,6 +29,21 @@ class Resolution:
     job_id: str
     action: str
     replacement_id: str | None = None
+
+
+def corrected_input_load(text: str, *, kind: str) -> dict[str, Any]:
+    """Parse corrected input (JSON text) and check it against `kind`'s input schema;
+    ValidationFailed says what is wrong (the JSON position, or the schema's complaint)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationFailed(
+            f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValidationFailed(f"the input must be a JSON object, not {type(data).__name__}")
+    registry.kind_latest(kind).validate(data)
+    return data
 
 
 def _open_record(record_id: int) -> QuarantineRecord:
@@ -72,16 +90,22 @@ def quarantine_redrive(*, record_id: int, actor: str, note: str) -> Resolution:
 def quarantine_replay(
     *, record_id: int, actor: str, note: str, corrected_input: dict[str, Any] | None = None
 ) -> Resolution:
-    """End the old job as failed and submit a new input version linked to it."""
+    """End the old job as failed and submit a new input version linked to it, with
+    `corrected_input` when given (checked against the kind's schema first), else the same."""
     with transaction.atomic():
         record = _open_record(record_id)
         job = Job.objects.select_for_update().get(pk=record.job_id)
+        if corrected_input is not None:
+            registry.kind_latest(job.kind).validate(corrected_input)
         now = timezone.now()
         job_transition(
             job=job,
             to=JobState.FAILED,
             actor=actor,
-            reason=f"replayed as input version {job.input_version + 1}: {note}"[:500],
+            reason=(
+                f"replayed as input version {job.input_version + 1}"
+                f"{' with corrected input' if corrected_input is not None else ''}: {note}"
+            )[:500],
             finished_at=now,
         )
         replacement = job_submit(

@@ -109,6 +109,25 @@ def classify(exc: BaseException) -> tuple[Category, str]:
     return Category.UNKNOWN, type(exc).__name__
 
 
+SUMMARY_CHARS = 300
+
+
+def failure_summary(exc: BaseException) -> str:
+    """What a quarantine reason and a log line may say about a failure, without input.
+
+    The message of an error the handler raised on purpose (`PermanentError`,
+    `TransientError` and their subclasses: written for operators, docs/handlers.md), the
+    schema's rule for a validation failure, and nothing of any other exception, whose text
+    may quote input (the job's error keeps it, for staff). Empty when there is nothing."""
+    if isinstance(exc, ValidationFailed):
+        text = exc.summary
+    elif isinstance(exc, PermanentError | TransientError):
+        text = str(exc)
+    else:
+        return ""
+    return " ".join(text.split())[:SUMMARY_CHARS]
+
+
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
     """Full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
     exponent = min(max(attempt - 1, 0), 62)
@@ -129,17 +148,23 @@ def decide(
     deadline: datetime | None,
     now: datetime,
     rng: random.Random,
+    summary: str = "",
 ) -> Decision:
-    """Retry or quarantine, with the reason. `attempt` is the attempt that just failed."""
+    """Retry or quarantine, with the reason. `attempt` is the attempt that just failed;
+    `summary` (failure_summary) is what the handler said, and the reason carries it."""
+    said = f"{label}: {summary}" if summary else label
     if category is Category.PERMANENT:
-        return Decision(Action.QUARANTINE, category, f"permanent failure: {label}", label=label)
+        # "permanent failure: <message>"; a forbidden or invalid input says so first.
+        named = summary if label == "permanent" or not summary else f"{label}: {summary}"
+        reason = f"permanent failure: {named or label}"
+        return Decision(Action.QUARANTINE, category, reason, label=label)
     if category is Category.UNKNOWN and not policy.retry_unknown:
-        return Decision(Action.QUARANTINE, category, f"unclassified failure: {label}")
+        return Decision(Action.QUARANTINE, category, f"unclassified failure: {said}")
     if attempt >= policy.max_attempts:
         return Decision(
-            Action.QUARANTINE, category, f"attempt budget exhausted after {attempt}: {label}"
+            Action.QUARANTINE, category, f"attempt budget exhausted after {attempt}: {said}"
         )
     delay = backoff_delay(attempt, base=policy.base_delay, cap=policy.max_delay, rng=rng)
     if deadline is not None and now + timedelta(seconds=delay) >= deadline:
-        return Decision(Action.QUARANTINE, category, f"elapsed budget exhausted: {label}")
-    return Decision(Action.RETRY, category, f"retry after {label}", delay)
+        return Decision(Action.QUARANTINE, category, f"elapsed budget exhausted: {said}")
+    return Decision(Action.RETRY, category, f"retry after {said}", delay)

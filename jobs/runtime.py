@@ -15,24 +15,24 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
-import secrets
-import socket
+import traceback
 from dataclasses import dataclass
 from enum import StrEnum
 from uuid import UUID
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
+
+from outbox.failpoints import failpoint
 
 from . import registry, services
 from .context import JobContext
 from .exceptions import LeaseLost
-from .failpoints import failpoint
 from .leases import Claim, ClaimStatus, Heartbeat, Lease, job_claim_id
-from .retry import Action, Category, Decision, classify, decide
+from .logging import job_log_context
+from .ops.workers import lease_owner_token
+from .retry import Action, Category, Decision, classify, decide, failure_summary
 from .signals import (
     DEFERRED_DELIVERIES,
     DUPLICATE_DELIVERIES,
@@ -43,6 +43,7 @@ from .signals import (
 logger = logging.getLogger(__name__)
 
 INCOMPATIBLE_RETRY_DELAY = 30.0
+TRACEBACK_CHARS = 8000  # the tail of a failure's traceback kept in its JobEvent
 _rng = random.SystemRandom()
 
 
@@ -66,9 +67,9 @@ class ExecutionReport:
 
 
 def worker_name() -> str:
-    """A fresh lease-owner token per claim: `name:nonce:pid` (the pid last, for operators)."""
-    base = settings.JOBS_WORKER_NAME or f"{socket.gethostname()}"
-    return f"{base}:{secrets.token_hex(3)}:{os.getpid()}"
+    """A fresh lease-owner token per claim: `<worker>:<nonce>:<pid>`, the worker named as
+    /ops/ and Flower name it (jobs.ops.workers)."""
+    return lease_owner_token()
 
 
 def _miss(claim: Claim) -> Outcome:
@@ -94,8 +95,15 @@ def execute(
 ) -> ExecutionReport:
     """Run one delivery of `job_id` through the fenced protocol (module docstring).
 
-    `kind` and `kind_version` are the message's hint (one round trip for the claim)."""
-    owner = worker or worker_name()
+    `kind` and `kind_version` are the message's hint (one round trip for the claim). Every
+    line logged meanwhile names the job (jobs.logging.JobContextFilter)."""
+    with job_log_context(job_id=str(job_id)):
+        return _deliver(job_id, owner=worker or worker_name(), kind=kind, kind_version=kind_version)
+
+
+def _deliver(
+    job_id: UUID | str, *, owner: str, kind: str | None, kind_version: int | None
+) -> ExecutionReport:
     try:
         claim = job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
     except (InterfaceError, OperationalError):
@@ -110,6 +118,11 @@ def execute(
     lease = claim.lease
     if lease is None:
         return ExecutionReport(_miss(claim), str(claim.job_id))
+    with job_log_context(**lease.log_extra()):
+        return _execute_leased(claim, lease)
+
+
+def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
     failpoint("worker.after_claim")
     spec = registry.kind_version(lease.kind, lease.kind_version)
     if spec is None:
@@ -123,7 +136,18 @@ def execute(
         outcome = Outcome.STALE
     if outcome is not Outcome.STALE:
         failpoint("worker.after_complete_before_ack")
+        _after_outcome(spec, lease, outcome)
     return ExecutionReport(outcome, str(lease.job_id), lease.generation)
+
+
+def _after_outcome(spec: registry.KindSpec, lease: Lease, outcome: Outcome) -> None:
+    """The kind's hook once the outcome committed; a failing hook never fails the delivery."""
+    if spec.on_outcome is None:
+        return
+    try:
+        spec.on_outcome(lease, outcome)
+    except Exception:
+        logger.exception("the kind's on_outcome hook failed", extra=lease.log_extra())
 
 
 def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
@@ -169,18 +193,36 @@ def _fail(lease: Lease, spec: registry.KindSpec, error: BaseException) -> Outcom
         deadline=lease.deadline,
         now=timezone.now(),
         rng=_rng,
+        summary=failure_summary(error),
     )
     message = f"{type(error).__name__}: {error}"
+    details = _error_details(error)
     log = {**lease.log_extra(), "category": category.value, "error_type": type(error).__name__}
     if decision.action is Action.RETRY:
-        services.job_retry_schedule(lease, decision=decision, error_message=message)
+        services.job_retry_schedule(
+            lease, decision=decision, error_message=message, error_details=details
+        )
         logger.info("job failed; retry scheduled in %.2fs", decision.delay, extra=log)
         return Outcome.RETRY_SCHEDULED
     services.job_quarantine(
-        lease, decision=decision, error_message=message, responsible=spec.responsible
+        lease,
+        decision=decision,
+        error_message=message,
+        responsible=spec.responsible,
+        error_details=details,
     )
     logger.warning("job quarantined: %s", decision.reason, extra=log)
     return Outcome.QUARANTINED
+
+
+def _error_details(error: BaseException) -> dict[str, str]:
+    """What the failure event keeps for operators and `django.tasks` results: the
+    exception's class path and (the tail of) its traceback."""
+    cls = type(error)
+    return {
+        "exception_class": f"{cls.__module__}.{cls.__qualname__}",
+        "traceback": "".join(traceback.format_exception(error))[-TRACEBACK_CHARS:],
+    }
 
 
 __all__ = ["Category", "ExecutionReport", "Outcome", "execute"]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
@@ -18,6 +17,7 @@ from django.utils import timezone
 from outbox.services import outbox_after_commit
 
 from . import dispatch, registry
+from .conf import jobs_settings
 from .effects import effect_apply_local
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
 from .inserts import insert_together
@@ -181,21 +181,26 @@ def job_submit(
     serialization_key: str | None = None,
     input_ref: StoredObject | None = None,
     replay_of: Job | None = None,
+    run_after: datetime | None = None,
 ) -> Job:
     """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
 
     A replay (same idempotency key per owner, or the same kind/business_key/input_version)
     returns the existing job with `replayed=True`; the same key with a different request
-    raises IdempotencyConflict.
+    raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
+    the elapsed budget starts then).
     """
     spec = registry.kind_latest(kind)
     encoded = _canonical(input)
-    if len(encoded.encode()) > settings.JOBS_MAX_INPUT_BYTES:
+    if len(encoded.encode()) > jobs_settings.MAX_INPUT_BYTES:
         raise InputTooLarge(
             f"input is {len(encoded.encode())} bytes, over JOBS_MAX_INPUT_BYTES="
-            f"{settings.JOBS_MAX_INPUT_BYTES}; upload it and pass an object reference"
+            f"{jobs_settings.MAX_INPUT_BYTES}; upload it and pass an object reference"
         )
     spec.validate(input)
+    if spec.authorize_submit is not None:
+        # Ids in the input must name rows of the job's tenant: Forbidden, a 404 through the API.
+        spec.authorize_submit(owner=owner, tenant=tenant, input=input)
     fingerprint = job_request_fingerprint(
         kind=kind,
         input=input,
@@ -216,6 +221,8 @@ def job_submit(
     if existing is not None:
         return _check_replay(existing, fingerprint)
     now = timezone.now()
+    due = max(now, run_after) if run_after is not None else now
+    later = due if due > now else None  # the outbox row's due time; None: now (fast path)
     keys = dispatch.admission_lock_keys(
         kind=kind,
         tenant_id=tenant.pk if tenant else None,
@@ -237,10 +244,16 @@ def job_submit(
         replay_of=replay_of,
         state=JobState.QUEUED.value,
         max_attempts=spec.policy.max_attempts,
-        next_attempt_at=now,
-        deadline=now + timedelta(seconds=spec.policy.max_elapsed),
+        next_attempt_at=due,
+        deadline=due + timedelta(seconds=spec.policy.max_elapsed),
     )
-    accepted = job_event_new(job, from_state="", to_state=JobState.QUEUED.value, reason="accepted")
+    accepted = job_event_new(
+        job,
+        from_state="",
+        to_state=JobState.QUEUED.value,
+        reason="accepted",
+        details={"run_after": run_after.isoformat()} if run_after is not None else None,
+    )
     try:
         if business_key or keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
@@ -253,18 +266,20 @@ def job_submit(
                     insert_together(job, accepted)
                     _supersede_older_versions(job)
                     if dispatch.admission_open(job, spec):
-                        job_enqueue_execute(job)
+                        job_enqueue_execute(job, available_at=later)
                 else:
                     # Admission first, under its locks; the outbox row, if any, then goes in
                     # the same statement as the job.
                     admitted = dispatch.admission_open(job, spec)
-                    message = dispatch.job_execute_message(job) if admitted else None
+                    message = (
+                        dispatch.job_execute_message(job, available_at=later) if admitted else None
+                    )
                     insert_together(job, accepted, *([message] if message else []))
                     if message is not None:
                         outbox_after_commit(message)
         else:
             # Nothing else to decide: job, event and outbox row in one statement and commit.
-            message = dispatch.job_execute_message(job)
+            message = dispatch.job_execute_message(job, available_at=later)
             insert_together(job, accepted, message)
             outbox_after_commit(message)
     except IntegrityError:
@@ -346,8 +361,15 @@ def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[An
             _handoff(lease, left_active=True)
 
 
-def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) -> None:
-    """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time."""
+def job_retry_schedule(
+    lease: Lease,
+    *,
+    decision: Decision,
+    error_message: str,
+    error_details: dict[str, Any] | None = None,
+) -> None:
+    """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time.
+    `error_details` (the exception's class and traceback) go into the event."""
     with fenced_transaction(lease, "retry"):
         now = timezone.now()
         due = now + timedelta(seconds=decision.delay)
@@ -365,16 +387,26 @@ def job_retry_schedule(lease: Lease, *, decision: Decision, error_message: str) 
             to_state=JobState.RETRY_WAIT.value,
             reason=decision.reason,
             worker=lease.worker,
-            details={**decision.as_details(), "next_attempt_at": due.isoformat()},
+            details={
+                **decision.as_details(),
+                "next_attempt_at": due.isoformat(),
+                **(error_details or {}),
+            },
         )
         job_enqueue_execute(lease, available_at=due)
         _handoff(lease, left_active=False)
 
 
 def job_quarantine(
-    lease: Lease, *, decision: Decision, error_message: str, responsible: str
+    lease: Lease,
+    *,
+    decision: Decision,
+    error_message: str,
+    responsible: str,
+    error_details: dict[str, Any] | None = None,
 ) -> None:
-    """Stop for an operator: quarantined, with a record that carries no payload."""
+    """Stop for an operator: quarantined, with a record that carries no payload.
+    `error_details` (the exception's class and traceback) go into the event."""
     with fenced_transaction(lease, "quarantine"):
         now = timezone.now()
         job_update_if_leased(
@@ -390,7 +422,7 @@ def job_quarantine(
             to_state=JobState.QUARANTINED.value,
             reason=decision.reason,
             worker=lease.worker,
-            details=decision.as_details(),
+            details={**decision.as_details(), **(error_details or {})},
         )
         QuarantineRecord.objects.create(
             job_id=lease.job_id,

@@ -11,10 +11,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 import jobs
-from jobs.models import Job, JobEvent, QuarantineRecord
-from jobs.ops import paginator as paginator_module
-from jobs.ops.paginator import EstimatedCountPaginator
+from jobs.admin import INLINE_ROWS
+from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.runtime import Outcome, execute
+from outbox import paginator as paginator_module
+from outbox.paginator import EstimatedCountPaginator
+from tests import kinds_operators  # noqa: F401  (registers test.ops.*)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,7 +92,7 @@ def test_quarantine_actions_refused__without_redrive_permission(user: Any) -> No
 def test_quarantine_action_refused__without_a_note(user: Any) -> None:
     record = quarantined_job(user, 0)
     response = _act(staff_client(can_redrive=True), "discard", [record], "  ")
-    assert b"Write a note saying why" in response.content
+    assert b"Write a note saying why before you discard." in response.content
     record.refresh_from_db()
     assert record.status == "open"
 
@@ -155,3 +157,136 @@ def test_job_changelist_never_counts_the_whole_table__estimated_paginator(
     assert filtered >= 6  # bounded count hit the bound, then the planner's estimate
     small = EstimatedCountPaginator(Job.objects.filter(kind="nothing").order_by("pk"), 5).count
     assert small == 0
+
+
+# -- a job's page: its ledger, events and quarantine inline --------------------------------------
+
+
+def test_job_page_shows_ledger_events_and_quarantine__read_only_inlines(user: Any) -> None:
+    record = quarantined_job(user, 0)
+    EffectLedgerEntry.objects.create(
+        job_id=record.job_id,
+        input_version=1,
+        name="completion_notice",
+        idempotency_key="ledger-key-7731",
+        state="applied",
+        generation=1,
+        calls=1,
+        applied_at=record.created_at,
+    )
+    client = staff_client(can_redrive=True)
+
+    page = client.get(f"/admin/jobs/job/{record.job_id}/change/")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Effect ledger" in text and "ledger-key-7731" in text and "completion_notice" in text
+    assert "malformed payload: document_id must be an integer" in text  # the quarantine inline
+    assert f"/admin/jobs/effectledgerentry/?q={record.job_id}" in text
+    assert 'name="_save"' not in text and "effectledgerentry_set-0-name" not in text
+
+
+def test_job_page_caps_each_inline__more_events_than_the_cap(user: Any) -> None:
+    record = quarantined_job(user, 0)
+    job = Job.objects.get(pk=record.job_id)
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, from_state="leased", to_state="leased", generation=1, attempt=1,
+                 reason=f"note {n}")
+        for n in range(3 * INLINE_ROWS)
+    )  # fmt: skip
+    total = JobEvent.objects.filter(job=job).count()
+    client = staff_client(can_redrive=True)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(f"/admin/jobs/job/{job.pk}/change/")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f"Showing the newest {INLINE_ROWS} of {total}." in text
+    assert text.count('class="field-reason"') <= INLINE_ROWS + 1  # events + the quarantine row
+    assert f"note {3 * INLINE_ROWS - 1}" in text and "note 0<" not in text  # newest first
+    assert f"/admin/jobs/jobevent/?q={job.pk}" in text
+    # A fixed number of queries, not one per event: the page does not grow with the trail.
+    assert len(queries) < 40, [q["sql"] for q in queries]
+
+
+# -- replay with corrected input --------------------------------------------------------------
+
+
+def document_quarantined(owner: Any) -> QuarantineRecord:
+    job = jobs.submit(kind="test.ops.document", input={"document_id": 0}, owner=owner)
+    assert execute(job.pk).outcome is Outcome.QUARANTINED
+    return QuarantineRecord.objects.get(job=job)
+
+
+def replay_url(record: QuarantineRecord) -> str:
+    return f"{QUARANTINE_URL}{record.pk}/replay/"
+
+
+def test_replay_with_corrected_input__new_version_runs_the_corrected_input(user: Any) -> None:
+    record = document_quarantined(user)
+    client = staff_client(can_redrive=True)
+
+    listing = client.get(QUARANTINE_URL).content.decode()
+    assert replay_url(record) in listing
+    form = client.get(replay_url(record))
+    assert form.status_code == 200
+    assert "&quot;document_id&quot;: 0" in form.content.decode()  # today's input, to correct
+
+    response = client.post(
+        replay_url(record),
+        {"note": "archive id fixed", "input": '{"document_id": 12}'},
+        follow=True,
+    )
+
+    record.refresh_from_db()
+    assert record.status == "corrected" and record.resolved_by == "operator"
+    new = Job.objects.get(pk=record.replacement_id)
+    assert (new.input, new.input_version, new.replay_of_id) == (
+        {"document_id": 12},
+        2,
+        record.job_id,
+    )
+    assert response.redirect_chain[-1][0] == f"/admin/jobs/job/{new.pk}/change/"
+    assert f"as job {new.pk}" in response.content.decode()
+    assert execute(new.pk).outcome is Outcome.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("note", "text", "error"),
+    [
+        ("fix", '{"document_id": 12', "not valid JSON: Expecting"),
+        ("fix", "[12]", "the input must be a JSON object, not list"),
+        ("fix", '{"document_id": "12"}', "input does not match test.ops.document: document_id"),
+        ("fix", '{"document_id": -3}', "-3 is less than the minimum of 0"),
+        ("  ", '{"document_id": 12}', "Write a note saying why before you replay."),
+    ],
+)
+def test_replay_with_corrected_input_refused__error_in_the_form_nothing_changes(
+    user: Any, note: str, text: str, error: str
+) -> None:
+    record = document_quarantined(user)
+    jobs_before = Job.objects.count()
+
+    response = staff_client(can_redrive=True).post(
+        replay_url(record), {"note": note, "input": text}
+    )
+
+    assert response.status_code == 200  # the form again, with its error
+    assert error in response.content.decode().replace("&#x27;", "'")
+    assert text.replace('"', "&quot;") in response.content.decode()  # what was typed, kept
+    record.refresh_from_db()
+    assert record.status == "open"
+    assert Job.objects.get(pk=record.job_id).state == "quarantined"
+    assert Job.objects.count() == jobs_before
+
+
+def test_replay_with_corrected_input_refused__without_redrive_permission(user: Any) -> None:
+    record = document_quarantined(user)
+    client = staff_client(can_redrive=False, username="viewer")
+
+    assert client.get(replay_url(record)).status_code == 403
+    assert client.post(replay_url(record), {"note": "n", "input": "{}"}).status_code == 403
+    assert replay_url(record) not in client.get(QUARANTINE_URL).content.decode()
+    record.refresh_from_db()
+    assert record.status == "open"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+import re
+from datetime import datetime, timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +15,14 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 import jobs
-from jobs.exceptions import InvalidTransition
+from jobs.exceptions import InvalidTransition, ValidationFailed
 from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.quarantine import quarantine_discard, quarantine_redrive, quarantine_replay
 from jobs.runtime import Outcome
 from outbox.models import OutboxEntry
+from tests import kinds_operators  # noqa: F401  (registers test.ops.*)
 from tests.harness import Harness
+from tests.integration.api_helpers import token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,15 +41,16 @@ def quarantined_job(owner: Any, *, document_id: Any = "x", business_key: str | N
 
 
 def test_malformed_payload_quarantined_with_owner__first_attempt(user: Any) -> None:
-    job = quarantined_job(user)
+    job = quarantined_job(user, document_id="private-value-5521")
     assert job.state == "quarantined" and job.attempt == 1
     record = QuarantineRecord.objects.get(job=job)
     assert record.category == "permanent"
     assert record.responsible == "ingest-team"
     assert record.attempts == 1 and record.input_version == 1
     assert record.last_attempt_at is not None
-    assert record.reason == "permanent failure: permanent"
-    assert "document_id" not in record.reason  # never the payload
+    # The handler's own words, never the payload.
+    assert record.reason == "permanent failure: malformed payload: document_id must be an integer"
+    assert "private-value-5521" not in record.reason
 
 
 def test_redrive_requeues_same_version_with_fresh_budget__audit_event(user: Any) -> None:
@@ -86,7 +92,8 @@ def test_replay_submits_new_input_version_linked_to_old__same_business_key(user:
     assert (record.status, record.replacement_id) == ("corrected", new.pk)
     assert jobs.execute(new.pk).outcome is Outcome.SUCCEEDED
     audit = JobEvent.objects.get(job=job, to_state="failed")
-    assert audit.actor == "carol" and "replayed as input version 2: fixed id" in audit.reason
+    assert audit.actor == "carol"
+    assert "replayed as input version 2 with corrected input: fixed id" in audit.reason
 
 
 def test_discard_marks_failed_for_good__audit_event(user: Any) -> None:
@@ -233,3 +240,192 @@ def test_command_replay_refused_readably__next_input_version_exists(user: Any) -
     job.refresh_from_db()
     assert job.state == "quarantined"  # the whole decision rolled back
     assert QuarantineRecord.objects.get(job=job).status == "open"
+
+
+# -- quarantine reasons: the handler's message, never the input -------------------------------
+
+
+def document_quarantined(owner: Any, **submit: Any) -> QuarantineRecord:
+    """test.ops.document with document 0: the handler refuses it for good."""
+    job = jobs.submit(kind="test.ops.document", input={"document_id": 0}, owner=owner, **submit)
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+    return QuarantineRecord.objects.get(job=job)
+
+
+def test_quarantine_reason_carries_the_handlers_message__permanent_error(user: Any) -> None:
+    record = document_quarantined(user)
+
+    assert record.reason == "permanent failure: the upstream archive has no such document"
+    job = Job.objects.get(pk=record.job_id)
+    assert job.error_message == "PermanentError: the upstream archive has no such document"
+
+
+def test_quarantine_reason_names_the_schema_rule_not_the_value__input_fails_its_schema(
+    user: Any,
+) -> None:
+    job = jobs.submit(kind="test.ops.document", input={"document_id": 3}, owner=user)
+    # A row written by other code (a factory): input that its kind's schema refuses.
+    Job.objects.filter(pk=job.pk).update(input={"document_id": "private-value-8812"})
+
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+
+    record = QuarantineRecord.objects.get(job=job)
+    assert record.reason == (
+        "permanent failure: validation: "
+        'input does not match test.ops.document: document_id: type "integer"'
+    )
+    assert "private-value-8812" not in record.reason
+    # The job's own error keeps the whole message for its owner and staff.
+    assert "private-value-8812" in Job.objects.get(pk=job.pk).error_message
+
+
+def test_quarantine_reason_keeps_the_last_message__elapsed_budget_spent(user: Any) -> None:
+    job = jobs.submit(kind="drill.always_transient", input={}, owner=user)
+    Job.objects.filter(pk=job.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+
+    assert jobs.execute(job.pk).outcome is Outcome.QUARANTINED
+
+    record = QuarantineRecord.objects.get(job=job)
+    assert record.reason == "elapsed budget exhausted: TransientError: still down"
+
+
+# -- replay with corrected input: the service and `jobs_redrive --input-file` -----------------
+
+
+def test_replay_with_corrected_input_refused__schema_mismatch_changes_nothing(user: Any) -> None:
+    record = document_quarantined(user)
+    jobs_before = Job.objects.count()
+
+    with pytest.raises(ValidationFailed, match="document_id"):
+        quarantine_replay(
+            record_id=record.pk, actor="carol", note="n", corrected_input={"document_id": "7"}
+        )
+
+    record.refresh_from_db()
+    assert record.status == "open"
+    assert Job.objects.get(pk=record.job_id).state == "quarantined"
+    assert Job.objects.count() == jobs_before
+
+
+def test_command_replays_with_the_input_file__new_version_runs_it(
+    user: Any, tmp_path: Path
+) -> None:
+    record = document_quarantined(user, business_key="doc-21")
+    corrected = tmp_path / "corrected.json"
+    corrected.write_text(json.dumps({"document_id": 21}))
+
+    output = redrive(
+        "--id", str(record.pk), "--action", "replay", "--input-file", str(corrected),
+        "--note", "id fixed by hand",
+    )  # fmt: skip
+
+    assert f"1 record(s) will replay with the input from {corrected}" in output
+    record.refresh_from_db()
+    new = Job.objects.get(pk=record.replacement_id)
+    assert (new.input, new.input_version, new.replay_of_id) == (
+        {"document_id": 21},
+        2,
+        record.job_id,
+    )
+    assert jobs.execute(new.pk).outcome is Outcome.SUCCEEDED
+    audit = JobEvent.objects.get(job_id=record.job_id, to_state="failed")
+    assert audit.reason == "replayed as input version 2 with corrected input: id fixed by hand"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ('{"document_id": 21', "not valid JSON: Expecting ',' delimiter at line 1, column 19"),
+        ("[21]", "the input must be a JSON object, not list"),
+        ('{"document_id": "21"}', "input does not match test.ops.document: document_id: '21' is"),
+        (
+            '{"document_id": 21, "x": 1}',
+            "input does not match test.ops.document: (root): Additional properties are not",
+        ),
+    ],
+)
+def test_command_input_file_refused_readably__nothing_changes(
+    user: Any, tmp_path: Path, content: str | None, message: str
+) -> None:
+    record = document_quarantined(user)
+    path = tmp_path / "corrected.json"
+    if content is not None:
+        path.write_text(content)
+    jobs_before = Job.objects.count()
+
+    with pytest.raises(CommandError, match=re.escape(f"--input-file {path}: {message}")):
+        redrive("--id", str(record.pk), "--action", "replay", "--input-file", str(path),
+                "--note", "n")  # fmt: skip
+
+    record.refresh_from_db()
+    assert record.status == "open"
+    assert Job.objects.get(pk=record.job_id).state == "quarantined"
+    assert Job.objects.count() == jobs_before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kind", "test.ops.document", "--action", "replay"], "corrects one job, and 2 records"),
+        (["--kind", "test.ops.document", "--action", "redrive"], "goes with --action replay"),
+    ],
+)
+def test_command_input_file_refused__not_one_replay(
+    user: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
+    first, second = document_quarantined(user), document_quarantined(user)
+    path = tmp_path / "corrected.json"
+    path.write_text('{"document_id": 4}')
+
+    with pytest.raises(CommandError, match=message):
+        redrive(*args, "--input-file", str(path), "--note", "n")
+
+    assert {r.status for r in QuarantineRecord.objects.filter(pk__in=[first.pk, second.pk])} == {
+        "open"
+    }
+
+
+def test_command_input_file_exits_non_zero_with_readable_error__subprocess(
+    harness: Harness, user: Any, tmp_path: Path
+) -> None:
+    record = document_quarantined(user)
+    path = tmp_path / "corrected.json"
+    path.write_text('{"document_id": -1}')
+
+    done = harness.manage(
+        "jobs_redrive", "--id", str(record.pk), "--action", "replay", "--input-file", str(path),
+        "--note", "n", check=False, JOBS_HANDLER_MODULES="tests.kinds_operators",
+    )  # fmt: skip
+
+    assert done.returncode != 0
+    assert f"--input-file {path}: input does not match test.ops.document" in done.stderr
+    assert "Traceback" not in done.stderr
+    record.refresh_from_db()
+    assert record.status == "open"
+
+
+# -- what the client sees ----------------------------------------------------------------------
+
+
+def test_api_status_of_a_quarantined_job__failed_finished_when_quarantined(user: Any) -> None:
+    record = document_quarantined(user)
+    job = Job.objects.get(pk=record.job_id)
+    client = token_client(user)
+
+    body = client.get(f"/api/jobs/{job.pk}/").json()
+
+    assert body["status"] == "failed"
+    assert body["finished_at"] is not None
+    finished = datetime.fromisoformat(body["finished_at"].replace("Z", "+00:00"))
+    assert finished == job.updated_at
+    assert job.finished_at is None  # the row: an operator may still redrive it
+    assert body["error"]["message"] == "PermanentError: the upstream archive has no such document"
+    listed = client.get("/api/jobs/?status=failed").json()
+    assert [(j["id"], j["finished_at"]) for j in listed["results"]] == [
+        (str(job.pk), body["finished_at"])
+    ]
+    # Redriven, it is active again: no end time.
+    quarantine_redrive(record_id=record.pk, actor="carol", note="retry")
+    again = client.get(f"/api/jobs/{job.pk}/").json()
+    assert (again["status"], again["finished_at"]) == ("queued", None)

@@ -1,4 +1,4 @@
-"""The capacity model (jobs.simulate): pure, deterministic, no database."""
+"""The capacity model (demo.simulate): pure, deterministic, no database."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from jobs.simulate import Distribution, Result, Scenario, compare_retries, simulate, summary_lines
+from demo.simulate import (
+    Distribution,
+    Result,
+    Scenario,
+    chart_peak,
+    compare_retries,
+    simulate,
+    summary_lines,
+)
 
 SEED_000 = Scenario(  # 60 documents a minute, 10 s each, with room to spare
     arrival_rate=1.0,
@@ -110,6 +118,50 @@ def test_service_time_mean_kept__every_distribution(distribution: Distribution) 
     assert result.mean_service == pytest.approx(10.0, rel=0.05)
 
 
+README_BURST = Scenario(  # the README's example: a release-day burst, a table every 300 s
+    arrival_rate=1.0,
+    service_mean=10.0,
+    workers=12,
+    duration=1800.0,
+    retry_rate=0.1,
+    burst_at=600.0,
+    burst_rate=3.0,
+    burst_duration=300.0,
+    step=300.0,
+    deadline=900.0,
+    seed=1,
+)
+
+
+def test_chart_peak_equals_the_simulation_peak__coarse_table_step() -> None:
+    result = simulate(README_BURST)
+
+    peak = chart_peak(result)
+    assert peak is not None
+    assert (peak.backlog, peak.t) == (result.peak_backlog, result.peak_at)
+    assert peak == result.peak
+    # Seven table rows cannot show it; the table's highest row is below the real peak.
+    assert max(s.backlog for s in result.samples) < result.peak_backlog
+
+
+def test_chart_timeline_is_the_same__whatever_the_table_step() -> None:
+    coarse = simulate(README_BURST)
+    fine = simulate(replace(README_BURST, step=10.0))
+
+    assert coarse.chart == fine.chart
+    assert len(coarse.chart) > 20 * len(coarse.samples)
+    assert coarse.chart[1].t - coarse.chart[0].t == pytest.approx(1800.0 / 600)
+
+
+def test_chart_peak_equals_the_simulation_peak__peak_between_chart_samples() -> None:
+    # A chart step far coarser than the events: the peak instant is still on the chart.
+    result = simulate(replace(README_BURST, chart_step=97.0))
+
+    peak = chart_peak(result)
+    assert peak is not None and (peak.backlog, peak.t) == (result.peak_backlog, result.peak_at)
+    assert [s.t for s in result.chart] == sorted(s.t for s in result.chart)
+
+
 @pytest.mark.parametrize(
     "field,value",
     [
@@ -118,6 +170,7 @@ def test_service_time_mean_kept__every_distribution(distribution: Distribution) 
         ("retry_rate", 1.0),
         ("arrival_rate", -1.0),
         ("step", 0.0),
+        ("chart_step", 0.0),
     ],
 )
 def test_scenario_rejected__invalid_value(field: str, value: float) -> None:

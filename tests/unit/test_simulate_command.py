@@ -62,3 +62,45 @@ def test_same_output__same_seed() -> None:
 def test_readable_error__bad_option(args: tuple[str, ...]) -> None:
     with pytest.raises(CommandError):
         run("--duration=60", *args)
+
+
+def test_chart_peak_equals_the_simulation_peak__what_is_drawn() -> None:
+    import matplotlib.pyplot as plt
+
+    from demo.management.commands.jobs_simulate import chart_figure
+    from demo.simulate import Scenario, simulate
+
+    result = simulate(
+        Scenario(
+            arrival_rate=1.0,
+            service_mean=10.0,
+            workers=12,
+            duration=1800.0,
+            burst_at=600.0,
+            burst_rate=3.0,
+            burst_duration=300.0,
+            step=300.0,  # seven table rows: the chart must not be drawn from them
+            deadline=900.0,
+            seed=1,
+        )
+    )
+    fig = chart_figure(result)
+    try:
+        top = fig.axes[0]
+        lines = {line.get_label(): line for line in top.get_lines()}
+        backlog = lines["backlog (unfinished jobs)"]
+        xs, ys = list(backlog.get_xdata()), list(backlog.get_ydata())
+        marker = lines["peak backlog"]
+        title = fig.texts[0].get_text() if fig.texts else ""
+    finally:
+        plt.close(fig)
+
+    assert max(ys) == result.peak_backlog
+    assert xs[ys.index(max(ys))] == result.peak_at
+    assert (list(marker.get_xdata()), list(marker.get_ydata())) == (
+        [result.peak_at],
+        [result.peak_backlog],
+    )
+    assert len(xs) > 100
+    assert f"peak backlog {result.peak_backlog} at t={result.peak_at:.0f}s" in title
+    assert "deadline 900s" in title

@@ -1,4 +1,5 @@
-"""Decide about quarantined jobs from the shell: redrive, replay as a new version, or discard."""
+"""Decide about quarantined jobs from the shell: redrive, replay as a new version (with
+corrected input from `--input-file`), or discard."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -14,7 +16,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jobs import quarantine
-from jobs.exceptions import JobError
+from jobs.exceptions import JobError, ValidationFailed
 from jobs.models import QuarantineRecord, QuarantineStatus
 
 ACTIONS: dict[str, Callable[..., quarantine.Resolution]] = {
@@ -53,6 +55,23 @@ def parse_ids(values: list[str]) -> Q:
     return query
 
 
+def read_corrected_input(path: Path, *, kind: str) -> dict[str, Any]:
+    """The corrected input in `path`, checked against `kind`'s schema; a readable error else."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CommandError(f"--input-file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CommandError(f"--input-file {path}: cannot read it: {reason}") from None
+    try:
+        return quarantine.corrected_input_load(text, kind=kind)
+    except ValidationFailed as exc:
+        raise CommandError(f"--input-file {path}: {exc}") from None
+    except JobError as exc:  # the kind is unknown to this process
+        raise CommandError(f"--input-file {path}: cannot check it: {exc}") from None
+
+
 def default_actor() -> str:
     try:
         return getpass.getuser()
@@ -79,6 +98,13 @@ class Command(BaseCommand):
             required=True,
             help="redrive: same input version, fresh budget; replay: new input version; "
             "discard: failed for good",
+        )
+        parser.add_argument(
+            "--input-file",
+            type=Path,
+            default=None,
+            help="replay only: the corrected input of the one chosen job, a JSON object "
+            "checked against its kind's input schema (without it, replay keeps the input)",
         )
         parser.add_argument("--note", default="", help="why (kept in the audit trail)")
         parser.add_argument("--actor", default=None, help="who decides (default: OS user)")
@@ -114,19 +140,27 @@ class Command(BaseCommand):
             raise CommandError("--actor must not be empty")
         if not note and not options["dry_run"]:
             raise CommandError("--note is required: say why, it goes into the audit trail")
+        if options["input_file"] is not None and action != "replay":
+            raise CommandError("--input-file goes with --action replay")
         if not records:
             self.stdout.write("no open quarantine record matches")
             return
+        corrected = self.corrected_input(options["input_file"], records)
         verb = "would" if options["dry_run"] else "will"
-        self.stdout.write(f"{len(records)} record(s) {verb} {action}:")
+        how = ""
+        if action == "replay":
+            source = options["input_file"]
+            how = f" with the input from {source}" if corrected is not None else " (same input)"
+        self.stdout.write(f"{len(records)} record(s) {verb} {action}{how}:")
         failures = 0
         for record in records:
             line = f"  #{record.pk} job {record.job_id} {record.kind}: {record.reason}"
             if options["dry_run"]:
                 self.stdout.write(line)
                 continue
+            extra_args = {"corrected_input": corrected} if corrected is not None else {}
             try:
-                done = ACTIONS[action](record_id=record.pk, actor=actor, note=note)
+                done = ACTIONS[action](record_id=record.pk, actor=actor, note=note, **extra_args)
             except JobError as exc:  # resolved meanwhile, unknown kind, version clash
                 failures += 1
                 self.stderr.write(f"{line} -> skipped: {exc}")
@@ -135,3 +169,16 @@ class Command(BaseCommand):
             self.stdout.write(f"{line} -> {action} by {actor}{extra}")
         if failures:
             raise CommandError(f"{failures} of {len(records)} record(s) could not be resolved")
+
+    def corrected_input(
+        self, path: Path | None, records: list[QuarantineRecord]
+    ) -> dict[str, Any] | None:
+        """Read and check --input-file before anything changes (also on --dry-run)."""
+        if path is None:
+            return None
+        if len(records) != 1:
+            raise CommandError(
+                f"--input-file corrects one job, and {len(records)} records match: "
+                "choose one with --id"
+            )
+        return read_corrected_input(path, kind=records[0].kind)
