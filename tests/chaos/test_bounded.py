@@ -123,7 +123,7 @@ def test_elapsed_budget_stops_retries_at_deadline__attempts_left(
     job = wait_state(job, "quarantined", timeout=90)
 
     record = QuarantineRecord.objects.get(job=job)
-    assert record.reason == "elapsed budget exhausted: TransientError"
+    assert record.reason == "elapsed budget exhausted: TransientError: still down"
     assert record.category == "transient"
     assert 1 <= job.attempt < 50  # attempts were left; time was not
     assert job.deadline is not None
