@@ -86,15 +86,33 @@ TASK_KIND_PREFIX = "task:"
 _loaded: dict[str, KindSpec] = {}
 
 
+@dataclass(frozen=True)
+class LazyKinds:
+    """Kinds registered on first use: `load(kind)` builds the spec (None: not one of ours),
+    `queues()` names the queues they can be published to. Plugged in by JobsConfig.ready, so
+    the registry imports nothing of the code that provides them."""
+
+    load: Callable[[str], KindSpec | None]
+    queues: Callable[[], set[str]]
+
+
+_lazy: list[LazyKinds] = []
+
+
+def lazy_kinds_add(source: LazyKinds) -> None:
+    if source not in _lazy:
+        _lazy.append(source)
+
+
 def _load(kind: str) -> KindSpec | None:
     """The spec of a "task:" kind, imported on first use; None when it names no task of ours."""
     if not kind.startswith(TASK_KIND_PREFIX):
         return None
     spec = _loaded.get(kind)
-    if spec is None:
-        from .tasks_backend.backend import task_kind_load
-
-        spec = task_kind_load(kind)
+    for source in _lazy:
+        if spec is not None:
+            break
+        spec = source.load(kind)
         if spec is not None:
             _loaded[kind] = spec
     return spec
@@ -206,8 +224,8 @@ def autoload() -> None:
 
 
 def queues() -> set[str]:
-    """The queues of every registered kind, and those `django.tasks` queues map to."""
-    from .tasks_backend.backend import task_celery_queues
-
+    """The queues of every registered kind, and those lazily registered kinds can use."""
     found = {spec.queue for versions in _registry.values() for spec in versions.values()}
-    return found | task_celery_queues()
+    for source in _lazy:
+        found |= source.queues()
+    return found
