@@ -4,9 +4,10 @@ Checks (each failure is a `violation` with the job id, so the JobEvent trail can
   1. every accepted job is finished in a state its kind allows (tests.kinds_chaos.EXPECTED);
   2. at most one applied ledger row per (job, input version, effect), and a succeeded job
      that sends a notice has exactly one applied `notice` row;
-  3. the provider holds one notice per key; a key was requested more than once only when
-     its ledger row was begun more than once (a pending/uncertain retry), and never more
-     often than it was begun;
+  3. the provider holds one notice per key (and one for every applied notice row, when its
+     stats report `notices_by_key`); a key was requested more than once only when its ledger
+     row was begun more than once (a pending/uncertain retry), and never more often than it
+     was begun;
   4. no job has two terminal events; the trail is well-formed: each claim's generation is
      the previous claim's + 1, every other worker write carries the current generation, and
      the last event's state is the job's state;
@@ -158,11 +159,30 @@ def _check_effects(report: CheckReport, jobs: list[Any], provider: dict[str, Any
                 f"key {key}: {count} provider requests but the ledger began it {row.calls} times "
                 "(a call bypassed the ledger)"
             )
+    _check_notices_held(report, rows, provider.get("notices_by_key"))
     notice_jobs = sum(1 for j in jobs if j.state == "succeeded" and j.kind in NOTICE_KINDS)
     if report.notices < notice_jobs:
         report.violations.append(
             f"{notice_jobs} notice jobs succeeded but the provider holds {report.notices} notices"
         )
+
+
+def _check_notices_held(report: CheckReport, rows: list[Any], held: dict[str, int] | None) -> None:
+    """Per key: the provider holds one notice, under a ledgered key, for every applied notice."""
+    if held is None:  # a provider that does not report what it holds
+        return
+    ledgered = {row.idempotency_key for row in rows}
+    for key, count in held.items():
+        if count != 1:
+            report.violations.append(f"provider holds {count} notices under key {key}")
+        if key not in ledgered:
+            report.violations.append(f"provider holds a notice under key {key} with no ledger row")
+    for row in rows:
+        sent = row.name == "notice" and row.state == "applied" and not row.local
+        if sent and row.idempotency_key not in held:
+            report.violations.append(
+                f"effect {row.idempotency_key} applied but the provider holds no notice"
+            )
 
 
 def check_run(

@@ -305,7 +305,7 @@ class Soak:
                 cluster.stop()
             redis.close()
             pg.close()
-            if not (args.keep_logs or os.environ.get("JOBS_KEEP_HARNESS_LOGS")):
+            if not (args.keep_logs or os.environ.get("JOBS_TEST_KEEP_LOGS")):
                 import shutil
 
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -78,7 +78,7 @@ def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_
     """The checker is not vacuous: rows that break each promise are each reported."""
     from django.utils import timezone
 
-    from jobs.models import Job, JobEvent
+    from jobs.models import EffectLedgerEntry, Job, JobEvent
     from tests.chaos.checker import check_run
 
     now = timezone.now()
@@ -110,6 +110,16 @@ def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_
             attempt=1,
             reason=reason,
         )
+    EffectLedgerEntry.objects.create(  # applied, but the provider holds nothing under its key
+        job=done,
+        input_version=1,
+        name="notice",
+        idempotency_key="job-done-notice",
+        state="applied",
+        generation=3,
+        calls=1,
+        applied_at=now,
+    )
     waiting = Job.objects.create(
         kind="chaos.notify",
         owner=user,
@@ -121,7 +131,11 @@ def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_
     report = check_run(
         accepted={str(done.pk), str(waiting.pk)},
         expected={"chaos.sleep": {"succeeded"}},
-        provider={"requests_by_key": {"job-unknown-notice": 1}, "notices": 1},
+        provider={
+            "requests_by_key": {"job-unknown-notice": 1},
+            "notices": 1,
+            "notices_by_key": {"job-unknown-notice": 2},
+        },
     )
 
     found = "\n".join(report.violations)
@@ -129,6 +143,9 @@ def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_
     assert "claim generation 3 after 1" in found
     assert "by generation 1 while generation 3 held it" in found
     assert f"job {waiting.pk} (chaos.notify) not finished: queued" in found
-    assert "with no ledger row" in found
+    assert "provider got key job-unknown-notice with no ledger row" in found
+    assert "provider holds 2 notices under key job-unknown-notice" in found
+    assert "provider holds a notice under key job-unknown-notice with no ledger row" in found
+    assert "effect job-done-notice applied but the provider holds no notice" in found
     assert "the run tested nothing" in found
     assert not report.ok
