@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 
 from outbox.checks import settings_errors
 
+from . import registry
 from .conf import jobs_settings
 
 
@@ -24,3 +25,17 @@ def jobs_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+def jobs_kind_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A kind the HTTP API can never accept is worth knowing about before a client tries."""
+    return [
+        Warning(
+            f"The kind {kind!r} cannot be submitted over HTTP: a kind is dot-separated parts of "
+            f"letters, digits, '_' and '-', at most {registry.KIND_MAX_LENGTH} characters.",
+            hint="Rename it, or submit it from Python only (jobs.submit).",
+            id="jobs.W001",
+        )
+        for kind in registry.kinds()
+        if not registry.kind_name_for_http(kind)
+    ]

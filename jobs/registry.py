@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -77,6 +78,16 @@ class KindSpec:
 
 
 _registry: dict[str, dict[int, KindSpec]] = {}
+
+# What a kind submittable over HTTP is named (the API validates and publishes it; a kind
+# named otherwise can be submitted from Python only, and the system check jobs.W001 says so).
+KIND_PATTERN = r"\A[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z"
+KIND_MAX_LENGTH = 100
+
+
+def kind_name_for_http(kind: str) -> bool:
+    return len(kind) <= KIND_MAX_LENGTH and re.fullmatch(KIND_PATTERN, kind) is not None
+
 
 # A `django.tasks` task is a kind named "task:<module path>" (jobs.tasks_backend), registered
 # on first use instead of at import: a worker imports the task by its path when a job of it

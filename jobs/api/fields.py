@@ -13,8 +13,9 @@ from rest_framework.utils import html
 
 # Patterns are anchored with \A...\Z (the schema shows them as ^...$): `$` alone would let a
 # trailing newline through, which the published pattern forbids.
-KIND_PATTERN = r"\A[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z"
-KIND_MAX_LENGTH = 100
+from jobs.registry import KIND_MAX_LENGTH as KIND_MAX_LENGTH
+from jobs.registry import KIND_PATTERN as KIND_PATTERN
+
 # Visible ASCII: what HTTP carries unchanged in a header, and what a key needs.
 IDEMPOTENCY_KEY_PATTERN = r"\A[!-~]+\Z"
 IDEMPOTENCY_KEY_MAX_LENGTH = 200

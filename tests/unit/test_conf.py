@@ -118,3 +118,18 @@ def test_operations_doc__lists_every_setting_with_its_default() -> None:
     for app_settings in (jobs_settings, outbox_settings):
         for name, default, _ in app_settings.reference():
             assert f"| `{name}` | `{default!r}` |" in doc, name
+
+
+def test_kind_named_outside_the_http_pattern__is_a_system_check_warning() -> None:
+    from jobs import registry
+    from jobs.checks import jobs_kind_names
+
+    registry.handler("reports build")(lambda ctx, input: {})
+    try:
+        warnings = jobs_kind_names()
+    finally:
+        registry.unregister("reports build")
+
+    assert [w.id for w in warnings] == ["jobs.W001"]
+    assert "'reports build' cannot be submitted over HTTP" in warnings[0].msg
+    assert not any("reports build" in w.msg for w in jobs_kind_names())
