@@ -28,6 +28,7 @@ from outbox.paginator import EstimatedCountPaginator
 
 from . import quarantine, registry
 from .exceptions import JobError
+from .identity import lease_owner_worker
 from .models import (
     EffectLedgerEntry,
     Job,
@@ -39,7 +40,6 @@ from .models import (
     Tenant,
     WorkerHeartbeat,
 )
-from .ops.workers import lease_owner_worker
 from .states import ACTIVE, JobState
 
 

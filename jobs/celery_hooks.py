@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, worker_init, worker_ready, worker_shutdown
@@ -57,12 +58,12 @@ def refuse_unsafe_worker(sender: Any = None, **kwargs: Any) -> None:
         worker_prefetch_lowered,
     )
 
-    if worker_delivery(sender) is None:
+    delivery = worker_delivery(sender)
+    if delivery is None:
         return
     if worker_prefetch_lowered(sender):
+        delivery = replace(delivery, prefetch_multiplier=1)
         logger.info("durable-jobs: prefetch multiplier 1 on this worker (it consumes jobs)")
-    delivery = worker_delivery(sender)
-    assert delivery is not None
     try:
         check_worker_settings(delivery)
     except UnsafeWorkerSettings as exc:

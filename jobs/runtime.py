@@ -29,9 +29,9 @@ from outbox.failpoints import failpoint
 from . import registry, services
 from .context import JobContext
 from .exceptions import LeaseLost
+from .identity import lease_owner_token
 from .leases import Claim, ClaimStatus, Heartbeat, Lease, job_claim_id
 from .logging import job_log_context
-from .ops.workers import lease_owner_token
 from .retry import Action, Category, Decision, classify, decide, failure_summary
 from .signals import (
     DEFERRED_DELIVERIES,

@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Any
 
-from jobs.ops.workers import lease_owner_token, lease_owner_worker, worker_identity
+from jobs.identity import lease_owner_token, lease_owner_worker, worker_identity
 
 
 def test_worker_is_named_by_celery_node__node_given(settings: Any) -> None:
