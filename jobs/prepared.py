@@ -39,10 +39,42 @@ _PLAN_CHANGED = "cached plan must not change result type"
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """Run one statement (`%s` placeholders) and return its first row, if it has one."""
+    _, rows = _execute(sql, params, one=True)
+    return rows[0] if rows else None
+
+
+def fetchall(sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    """Run one statement and return every row by column name (a function's result columns
+    are read by name, never by position)."""
+    names, rows = _execute(sql, params, one=False)
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def fetchone_named(sql: str, params: Sequence[Any]) -> dict[str, Any] | None:
+    """Run one statement and return its first row by column name, if it has one."""
+    names, rows = _execute(sql, params, one=True)
+    return dict(zip(names, rows[0], strict=True)) if rows else None
+
+
+Rows = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def _rows(cursor: Any, *, one: bool) -> Rows:
+    """The column names and the rows (the first only with `one`) a statement returned."""
+    if not cursor.description:
+        return [], []
+    names = [column.name for column in cursor.description]
+    if one:
+        row = cursor.fetchone()
+        return names, [] if row is None else [tuple(row)]
+    return names, [tuple(row) for row in cursor.fetchall()]
+
+
+def _execute(sql: str, params: Sequence[Any], *, one: bool) -> Rows:
     if not jobs_settings.PREPARED_STATEMENTS or connection.queries_logged:
         with connection.cursor() as logged:
             logged.execute(sql, params)
-            return logged.fetchone() if logged.description else None
+            return _rows(logged, one=one)
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_no_broken_transaction()
@@ -52,7 +84,7 @@ def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         # never prepare anyway, so this lets only the statements sent from here prepare.
         raw.prepare_threshold = _NEVER_BY_COUNT
     try:
-        return _run(raw, sql, params)
+        return _run(raw, sql, params, one=one)
     except NotSupportedError as exc:
         # A migration changed what a prepared statement returns (a function's result
         # columns): PostgreSQL refuses the old plan. Outside a transaction, forget every
@@ -64,10 +96,10 @@ def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
             raise
         with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
             cursor.execute("DEALLOCATE ALL")
-        return _run(raw, sql, params)
+        return _run(raw, sql, params, one=one)
 
 
-def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, one: bool) -> Rows:
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
 
         def run(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
@@ -77,4 +109,4 @@ def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> tuple
         for wrapper in reversed(connection.execute_wrappers):
             executor = functools.partial(wrapper, executor)
         executor(sql, params, False, {"connection": connection, "cursor": cursor})
-        return cursor.fetchone() if cursor.description else None
+        return _rows(cursor, one=one)
