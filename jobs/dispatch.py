@@ -28,11 +28,12 @@ from outbox.services import outbox_entry_new, outbox_save
 
 from . import prepared, registry
 from .conf import jobs_settings
-from .leases import Lease, complete_params, lease_lost
+from .leases import Lease
 from .models import Job
 from .states import JobState
 
 EXECUTE_TASK = "jobs.execute"
+EXECUTE_MANY_TASK = "jobs.execute_many"
 _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 
@@ -61,6 +62,17 @@ def job_execute_message(
         available_at=available_at,
         fast_path=fast_path,
     )
+
+
+def batchable(kwargs: dict[str, Any]) -> bool:
+    """May the relay put this `jobs.execute` message in a batch (outbox.batching)? Only for a
+    kind this process knows, that allows it (`@handler(batch=True)`, the default) and that
+    has no concurrency caps (a batch claim applies no caps; jobs.batch)."""
+    kind, version = kwargs.get("kind"), kwargs.get("kind_version")
+    if not isinstance(kind, str) or not isinstance(version, int):
+        return False
+    spec = registry.kind_version(kind, version)
+    return spec is not None and spec.batch and spec.tenant_limit is None and spec.kind_limit is None
 
 
 def job_enqueue_execute(
@@ -103,10 +115,10 @@ def admission_lock(
         "SELECT * FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid)",
         [keys, serialization_key, exclude],
     )
-    return _head(row)
+    return head_of(row)
 
 
-def _head(row: Sequence[Any] | None) -> Job | None:
+def head_of(row: Sequence[Any] | None) -> Job | None:
     """The head row of jobs_admission_lock as an unsaved-looking, read-only Job."""
     if row is None or row[0] is None:
         return None
@@ -150,6 +162,18 @@ def admission_open(job: Job, spec: registry.KindSpec) -> bool:
     return True
 
 
+def admission_handoff_lease(lease: Lease, *, left_active: bool) -> None:
+    """`admission_handoff` for a job leaving `lease`."""
+    admission_handoff(
+        job_id=lease.job_id,
+        kind=lease.kind,
+        kind_version=lease.kind_version,
+        tenant_id=lease.tenant_id,
+        serialization_key=lease.serialization_key,
+        left_active=left_active,
+    )
+
+
 def handoff_keys(
     *, kind: str, kind_version: int, tenant_id: int | None, serialization_key: str | None
 ) -> tuple[registry.KindSpec | None, list[str]]:
@@ -182,43 +206,10 @@ def admission_handoff(
     head = admission_lock(
         keys, serialization_key=serialization_key if left_active else None, exclude=job_id
     )
-    _hand_over(job_id=job_id, kind=kind, tenant_id=tenant_id, spec=spec, head=head)
+    hand_over(job_id=job_id, kind=kind, tenant_id=tenant_id, spec=spec, head=head)
 
 
-# The keyed completion: jobs_complete, then the locks and the head of jobs_admission_lock, in
-# one statement (one round trip instead of two inside its transaction). The lateral call's
-# arguments depend on the completion's answer, so it runs after it: the job's row lock before
-# the advisory locks, the order every other hand-over (cancel, quarantine) takes them in.
-_COMPLETE_AND_LOCK_SQL = (
-    "SELECT c.ok, h.* FROM jobs_complete(%s::uuid, %s::bigint, %s::text, %s::jsonb) AS c(ok) "
-    "LEFT JOIN LATERAL jobs_admission_lock("
-    "CASE WHEN c.ok THEN %s::text[] ELSE '{}'::text[] END, "
-    "CASE WHEN c.ok THEN %s::text END, %s::uuid) AS h ON true"
-)
-
-
-def complete_and_hand_over(
-    lease: Lease, result: dict[str, Any], *, spec: registry.KindSpec | None, keys: list[str]
-) -> None:
-    """leased -> succeeded (as `leases.lease_complete`) and the turn handed to the next job
-    (as `admission_handoff` with left_active), the locks taken after the completion's write as
-    there. Run it inside the completion's transaction: the hand-over commits with it."""
-    row = prepared.fetchone(
-        _COMPLETE_AND_LOCK_SQL,
-        [*complete_params(lease, result), keys, lease.serialization_key, lease.job_id],
-    )
-    if not row or not row[0]:
-        raise lease_lost(lease)
-    _hand_over(
-        job_id=lease.job_id,
-        kind=lease.kind,
-        tenant_id=lease.tenant_id,
-        spec=spec,
-        head=_head(row[1:]),
-    )
-
-
-def _hand_over(
+def hand_over(
     *,
     job_id: UUID,
     kind: str,

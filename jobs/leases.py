@@ -1,7 +1,7 @@
 """Leases and fencing: claim a job, keep it alive, and write only while still its owner.
 
-Claim protocol (`job_claim_id`): one call of the database function `jobs_claim` (migration
-0006), one transaction:
+Claim protocol (`job_claim_id`): one call of the database function `jobs_claim`
+(jobs/sql/jobs_claim.sql), one transaction (a batch message's claim: jobs.batch):
   1. Lock the row if it is claimable now: due `queued`/`retry_wait`, or `leased` with an expired
      lease; for a serialization key, only the oldest active job of that key; within the
      tenant's and kind's concurrency caps. SKIP LOCKED: a concurrent claimer wins, we miss.
@@ -66,6 +66,9 @@ class Lease:
     deadline: datetime | None
     previous_state: str
     claimed_at: datetime
+    # False for a batch claim (jobs_claim_many): the row's attempt counter still holds the
+    # previous attempt; the outcome charges `attempt` once the handler started.
+    charged: bool = True
 
     def log_extra(self) -> dict[str, Any]:
         return {
@@ -78,7 +81,7 @@ class Lease:
 
 
 class ClaimStatus(StrEnum):
-    """What `jobs_claim` answered (migration 0006)."""
+    """What `jobs_claim` answered (jobs/sql/jobs_claim.sql; jobs_claim_many answers a subset)."""
 
     CLAIMED = "claimed"
     MISSING = "missing"
@@ -131,34 +134,54 @@ def _claim_once(
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
         with scope:
-            row = prepared.fetchone(_CLAIM_SQL, params)
+            row = prepared.fetchone_named(_CLAIM_SQL, params)
     except IntegrityError:
         # jobs_job_one_leased_per_serialization_key: another job of the key holds it.
         return Claim(ClaimStatus.WAITING, job_id, kind, kind_version)
     if row is None:
         raise RuntimeError("jobs_claim returned no row")
-    status = ClaimStatus(row[0])
+    status = ClaimStatus(row["status"])
     if status is not ClaimStatus.CLAIMED:
-        return Claim(status, job_id, row[3], row[4])
-    lease = Lease(
+        return Claim(status, job_id, row["kind"], row["kind_version"])
+    lease = lease_from_row(job_id, row, worker=worker, lease_seconds=lease_seconds, charged=True)
+    return Claim(
+        status,
+        job_id,
+        row["kind"],
+        row["kind_version"],
+        lease,
+        json_value(row["input"]),
+        bool(row["cancel_requested"]),
+    )
+
+
+def json_value(value: Any) -> Any:
+    """A jsonb column as Python (Django's backend hands jsonb over as text: Job.input has no
+    custom decoder)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def lease_from_row(
+    job_id: UUID, row: dict[str, Any], *, worker: str, lease_seconds: float, charged: bool
+) -> Lease:
+    """The Lease a claim function's row (jobs_claim, jobs_claim_many) describes, by name."""
+    return Lease(
         job_id=job_id,
-        generation=row[1],
-        attempt=row[2],
+        generation=row["generation"],
+        attempt=row["attempt"],
         worker=worker,
         lease_seconds=lease_seconds,
-        kind=row[3],
-        kind_version=row[4],
-        input_version=row[6],
-        owner_id=row[7],
-        tenant_id=row[8],
-        serialization_key=row[9],
-        deadline=row[10],
-        previous_state=row[12],
-        claimed_at=row[13],
+        kind=row["kind"],
+        kind_version=row["kind_version"],
+        input_version=row["input_version"],
+        owner_id=row["owner_id"],
+        tenant_id=row["tenant_id"],
+        serialization_key=row.get("serialization_key"),
+        deadline=row["deadline"],
+        previous_state=row["previous_state"],
+        claimed_at=row["claimed_at"],
+        charged=charged,
     )
-    # Django's backend hands jsonb over as text (Job.input has no custom decoder).
-    job_input = json.loads(row[5]) if isinstance(row[5], str) else row[5]
-    return Claim(status, job_id, row[3], row[4], lease, job_input, bool(row[11]))
 
 
 def job_claim_id(
@@ -210,24 +233,6 @@ def fenced(lease: Lease) -> QuerySet[Job]:
         lease_owner=lease.worker,
         state=JobState.LEASED.value,
     )
-
-
-_COMPLETE_SQL = "SELECT jobs_complete(%s::uuid, %s::bigint, %s::text, %s::jsonb)"
-
-
-def lease_complete(lease: Lease, result: dict[str, Any]) -> None:
-    """leased -> succeeded with `result` and its JobEvent (database function `jobs_complete`),
-    fenced; LeaseLost when the lease is gone. In the caller's transaction if it has one,
-    else its own (one round trip)."""
-    row = prepared.fetchone(_COMPLETE_SQL, complete_params(lease, result))
-    if not row or not row[0]:
-        raise lease_lost(lease)
-
-
-def complete_params(lease: Lease, result: dict[str, Any]) -> list[Any]:
-    """The arguments of jobs_complete: id, generation and owner token (the fence), result."""
-    value = Job._meta.get_field("result").get_db_prep_value(result, connection)
-    return [lease.job_id, lease.generation, lease.worker, value]
 
 
 def lease_lost(lease: Lease) -> LeaseLost:
@@ -336,6 +341,75 @@ class Heartbeat:
         else:
             self._stopped = True
             logger.warning("heartbeat still running at stop", extra=self.lease.log_extra())
+
+
+_HEARTBEAT_MANY_SQL = """
+UPDATE jobs_job AS j SET lease_until = now() + make_interval(secs => r.lease), heartbeat_at = now()
+FROM unnest(%s::uuid[], %s::bigint[], %s::float8[]) AS r(id, generation, lease)
+WHERE j.id = r.id AND j.generation = r.generation AND j.lease_owner = %s::text
+  AND j.state = 'leased'
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One lease of a batch and what to tell its job's context."""
+
+    lease: Lease
+    on_lost: Any
+    on_cancel: Any
+
+
+def lease_heartbeat_many(leases: list[Lease]) -> dict[UUID, HeartbeatResult]:
+    """Extend many leases of one owner token in one statement, each fenced by its own
+    generation; a lease that is gone is absent from the answer."""
+    if not leases:
+        return {}
+    rows = prepared.fetchall(
+        _HEARTBEAT_MANY_SQL,
+        [
+            [lease.job_id for lease in leases],
+            [lease.generation for lease in leases],
+            [lease.lease_seconds for lease in leases],
+            leases[0].worker,
+        ],
+    )
+    return {
+        row["id"]: HeartbeatResult(alive=True, cancel_requested=bool(row["cancel_requested"]))
+        for row in rows
+    }
+
+
+class BatchHeartbeat(Heartbeat):
+    """The leases of one batch, extended together (one statement per beat) until the group
+    commit: a job whose handler finished still holds its lease until its outcome commits.
+    A lease found gone tells only its own job (`on_lost`); the others beat on."""
+
+    def __init__(self, members: list[Member]) -> None:
+        first = members[0].lease
+        super().__init__(first, on_lost=None, on_cancel=None)
+        self.interval = max(min(m.lease.lease_seconds for m in members) / 3.0, 0.05)
+        self._members = {m.lease.job_id: m for m in members}
+
+    def beat(self) -> bool:
+        live = [m.lease for m in self._members.values()]
+        try:
+            results = lease_heartbeat_many(live)
+        except Exception:
+            logger.exception("batch heartbeat failed", extra=self.lease.log_extra())
+            close_old_connections()
+            return True  # the leases may still be ours until they expire
+        for lease in live:
+            member = self._members[lease.job_id]
+            result = results.get(lease.job_id)
+            if result is None:
+                report_stale_write(lease, "heartbeat")
+                member.on_lost()
+                del self._members[lease.job_id]
+            elif result.cancel_requested:
+                member.on_cancel()
+        return bool(self._members)
 
 
 class _Beater(threading.Thread):

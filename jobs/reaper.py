@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import registry, services
+from . import lifecycle, registry
 from .exceptions import LeaseLost
 from .leases import Lease
 from .models import Job, JobEvent
@@ -106,13 +106,13 @@ def jobs_reap(*, limit: int = 500) -> ReapResult:
             try:
                 if job.cancel_requested_at is not None:
                     # Its owner died before seeing the cancel request: honour it, do not rerun.
-                    services.job_cancel_finish(lease, reason="cancelled: lease expired")
+                    lifecycle.job_cancel_finish(lease, reason="cancelled: lease expired")
                     result.cancelled += 1
                 elif decision.action is Action.RETRY:
-                    services.job_retry_schedule(lease, decision=decision, error_message=message)
+                    lifecycle.job_retry_schedule(lease, decision=decision, error_message=message)
                     result.retried += 1
                 else:
-                    services.job_quarantine(
+                    lifecycle.job_quarantine(
                         lease,
                         decision=decision,
                         error_message=message,

@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 import random
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 from django.db import InterfaceError, OperationalError, connection
@@ -26,7 +28,7 @@ from django.utils import timezone
 
 from outbox.failpoints import failpoint
 
-from . import registry, services
+from . import lifecycle, registry, services
 from .context import JobContext
 from .exceptions import LeaseLost
 from .identity import lease_owner_token
@@ -101,17 +103,23 @@ def execute(
         return _deliver(job_id, owner=worker or worker_name(), kind=kind, kind_version=kind_version)
 
 
+def claim_reconnecting[T](claim: Callable[[], T]) -> T:
+    """A claim, once more on a fresh connection if the connection broke since the last task
+    (a database restart while the per-task health check was skipped: jobs.celery_hooks)."""
+    try:
+        return claim()
+    except (InterfaceError, OperationalError):
+        logger.warning("claim failed on a broken connection; retrying once")
+        connection.close()
+        return claim()
+
+
 def _deliver(
     job_id: UUID | str, *, owner: str, kind: str | None, kind_version: int | None
 ) -> ExecutionReport:
-    try:
-        claim = job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
-    except (InterfaceError, OperationalError):
-        # The connection broke since the last task (a database restart while the per-task
-        # health check was skipped): once more, on a fresh connection.
-        logger.warning("claim failed on a broken connection; retrying once")
-        connection.close()
-        claim = job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
+    claim = claim_reconnecting(
+        lambda: job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
+    )
     if claim.status is ClaimStatus.MISSING:
         logger.error("delivery for unknown job", extra={"job_id": str(job_id)})
         return ExecutionReport(Outcome.MISSING, str(claim.job_id))
@@ -127,7 +135,7 @@ def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
     spec = registry.kind_version(lease.kind, lease.kind_version)
     if spec is None:
         signal_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{lease.kind}:v{lease.kind_version}")
-        services.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
+        lifecycle.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
         return ExecutionReport(Outcome.INCOMPATIBLE, str(lease.job_id), lease.generation)
     try:
         outcome = _run_leased(claim, lease, spec)
@@ -136,11 +144,11 @@ def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
         outcome = Outcome.STALE
     if outcome is not Outcome.STALE:
         failpoint("worker.after_complete_before_ack")
-        _after_outcome(spec, lease, outcome)
+        after_outcome(spec, lease, outcome)
     return ExecutionReport(outcome, str(lease.job_id), lease.generation)
 
 
-def _after_outcome(spec: registry.KindSpec, lease: Lease, outcome: Outcome) -> None:
+def after_outcome(spec: registry.KindSpec, lease: Lease, outcome: Outcome) -> None:
     """The kind's hook once the outcome committed; a failing hook never fails the delivery."""
     if spec.on_outcome is None:
         return
@@ -150,40 +158,93 @@ def _after_outcome(spec: registry.KindSpec, lease: Lease, outcome: Outcome) -> N
         logger.exception("the kind's on_outcome hook failed", extra=lease.log_extra())
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What a handler's run comes to, before anything is written: a completion, another
+    exit, or STALE (the lease was lost: nothing may be written)."""
+
+    outcome: Outcome
+    exit: lifecycle.Exit | None = None
+    completion: lifecycle.Completion | None = None
+    local_effects: tuple[lifecycle.LocalEffect, ...] = ()
+    log: str = ""
+
+
+def call_handler(
+    spec: registry.KindSpec, ctx: JobContext, job_input: Any
+) -> tuple[Any, BaseException | None]:
+    """Validate the input and run the handler: (result, None) or (None, the error).
+    LeaseLost propagates: the lease is gone, nothing of this attempt may be written."""
+    try:
+        spec.validate(job_input)
+        return spec.fn(ctx, job_input), None
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        return None, exc
+
+
+def judge(
+    lease: Lease,
+    spec: registry.KindSpec,
+    ctx: JobContext,
+    result: Any,
+    error: BaseException | None,
+) -> Verdict:
+    """Decide the outcome of a run (success, retry, quarantine, cancel, stale)."""
+    if ctx.lease_lost:
+        return Verdict(Outcome.STALE)
+    if ctx.cancel_requested:
+        exit = lifecycle.cancel_exit("cancelled while running", started=True)
+        return Verdict(Outcome.CANCELLED, exit=exit)
+    if error is None and not isinstance(result, dict):
+        error = TypeError(f"handler returned {type(result).__name__}, not dict")
+    if error is not None:
+        return failure_verdict(lease, spec, error)
+    return Verdict(
+        Outcome.SUCCEEDED,
+        completion=lifecycle.Completion(lease, result),
+        local_effects=tuple(ctx.local_effects),
+    )
+
+
 def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
     if claim.cancel_requested:
         # Taken over after its owner died with a cancel request pending: honour it, run nothing.
-        services.job_cancel_finish(lease, reason="cancelled before this attempt started")
+        lifecycle.job_cancel_finish(
+            lease, reason="cancelled before this attempt started", started=False
+        )
         return Outcome.CANCELLED
     ctx = JobContext(lease)
     heartbeat = Heartbeat(lease, on_lost=ctx.mark_lost, on_cancel=ctx.mark_cancel_requested)
     heartbeat.start()
     try:
-        spec.validate(claim.input)
-        result = spec.fn(ctx, claim.input)
-        error: BaseException | None = None
-    except LeaseLost:
-        raise
-    except Exception as exc:
-        result, error = None, exc
+        result, error = call_handler(spec, ctx, claim.input)
     finally:
         heartbeat.stop()
-    if ctx.lease_lost:
+    verdict = judge(lease, spec, ctx, result, error)
+    if verdict.outcome is Outcome.STALE:
         raise LeaseLost(f"job {lease.job_id}: lease lost while running")
-    if ctx.cancel_requested:
-        services.job_cancel_finish(lease, reason="cancelled while running")
-        return Outcome.CANCELLED
-    if error is not None:
-        return _fail(lease, spec, error)
-    failpoint("worker.after_effect_before_complete")
-    if not isinstance(result, dict):
-        return _fail(lease, spec, TypeError(f"handler returned {type(result).__name__}, not dict"))
-    services.job_complete(lease, result=result, local_effects=ctx.local_effects)
-    logger.info("job succeeded", extra=lease.log_extra())
-    return Outcome.SUCCEEDED
+    if verdict.exit is not None:
+        lifecycle.leave(lease, verdict.exit)
+    elif verdict.completion is not None:
+        failpoint("worker.after_effect_before_complete")
+        lifecycle.job_complete(lease, result=result, local_effects=list(verdict.local_effects))
+    log_verdict(lease, verdict)
+    return verdict.outcome
 
 
-def _fail(lease: Lease, spec: registry.KindSpec, error: BaseException) -> Outcome:
+def log_verdict(lease: Lease, verdict: Verdict) -> None:
+    if verdict.outcome is Outcome.SUCCEEDED:
+        logger.info("job succeeded", extra=lease.log_extra())
+    elif verdict.outcome is Outcome.RETRY_SCHEDULED:
+        logger.info(verdict.log, extra=lease.log_extra())
+    elif verdict.log:
+        logger.warning(verdict.log, extra=lease.log_extra())
+
+
+def failure_verdict(lease: Lease, spec: registry.KindSpec, error: BaseException) -> Verdict:
+    """A failed run: a retry within the budgets, else quarantine."""
     category, label = classify(error)
     decision: Decision = decide(
         category=category,
@@ -197,22 +258,23 @@ def _fail(lease: Lease, spec: registry.KindSpec, error: BaseException) -> Outcom
     )
     message = f"{type(error).__name__}: {error}"
     details = _error_details(error)
-    log = {**lease.log_extra(), "category": category.value, "error_type": type(error).__name__}
+    what = f"{category.value} {type(error).__name__}"
     if decision.action is Action.RETRY:
-        services.job_retry_schedule(
+        exit = lifecycle.retry_exit(
             lease, decision=decision, error_message=message, error_details=details
         )
-        logger.info("job failed; retry scheduled in %.2fs", decision.delay, extra=log)
-        return Outcome.RETRY_SCHEDULED
-    services.job_quarantine(
+        log = f"job failed ({what}); retry scheduled in {decision.delay:.2f}s"
+        return Verdict(Outcome.RETRY_SCHEDULED, exit=exit, log=log)
+    exit = lifecycle.quarantine_exit(
         lease,
         decision=decision,
         error_message=message,
         responsible=spec.responsible,
         error_details=details,
     )
-    logger.warning("job quarantined: %s", decision.reason, extra=log)
-    return Outcome.QUARANTINED
+    return Verdict(
+        Outcome.QUARANTINED, exit=exit, log=f"job quarantined ({what}): {decision.reason}"
+    )
 
 
 def _error_details(error: BaseException) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -14,22 +16,44 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from outbox.services import outbox_after_commit
+from outbox.models import OutboxEntry
+from outbox.services import outbox_after_commit, outbox_after_commit_many
 
 from . import dispatch, registry
 from .conf import jobs_settings
-from .effects import effect_apply_local
+from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
 from .inserts import insert_together
-from .leases import Lease, fenced_transaction, job_update_if_leased, lease_complete
-from .models import Job, JobEvent, QuarantineRecord, StoredObject, Tenant
-from .retry import Decision
+from .leases import Lease
+from .lifecycle import (
+    job_cancel_finish,
+    job_complete,
+    job_quarantine,
+    job_release_incompatible,
+    job_retry_schedule,
+)
+from .models import Job, JobEvent, StoredObject, Tenant
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
 
 EXECUTE_TASK = dispatch.EXECUTE_TASK
 job_enqueue_execute = dispatch.job_enqueue_execute
+
+# Leaving a lease lives in jobs.lifecycle; these names stay importable from here.
+__all__ = [
+    "job_cancel",
+    "job_cancel_finish",
+    "job_complete",
+    "job_event_new",
+    "job_event_record",
+    "job_quarantine",
+    "job_release_incompatible",
+    "job_retry_schedule",
+    "job_submit",
+    "job_submit_many",
+    "job_transition",
+]
 
 
 def _canonical(data: Any) -> str:
@@ -57,38 +81,6 @@ def job_request_fingerprint(
         "tenant": tenant_id,
     }
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
-
-
-def job_event_new(
-    job: Job | Lease,
-    *,
-    from_state: str,
-    to_state: str,
-    reason: str,
-    worker: str = "",
-    actor: str = "",
-    details: dict[str, Any] | None = None,
-) -> JobEvent:
-    """An unsaved JobEvent of `job` at its current generation and attempt."""
-    job_id = job.job_id if isinstance(job, Lease) else job.pk
-    return JobEvent(
-        job_id=job_id,
-        from_state=from_state,
-        to_state=to_state,
-        generation=job.generation,
-        attempt=job.attempt,
-        worker=worker,
-        actor=actor,
-        reason=reason[:500],
-        details=details or {},
-    )
-
-
-def job_event_record(job: Job | Lease, **fields: Any) -> JobEvent:
-    """`job_event_new(job, **fields)`, saved."""
-    event = job_event_new(job, **fields)
-    event.save()
-    return event
 
 
 def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
@@ -169,27 +161,32 @@ def _supersede_older_versions(job: Job) -> None:
             )
 
 
-def job_submit(
+@dataclass(frozen=True)
+class NewJob:
+    """A checked submission, not saved yet: the job, its `accepted` event, and more."""
+
+    spec: registry.KindSpec
+    job: Job
+    accepted: JobEvent
+    later: datetime | None  # the outbox row's due time; None: now (fast path)
+    keys: list[str]  # admission locks to take (serialization key, caps)
+
+
+def _job_new(
     *,
     kind: str,
     input: dict[str, Any],
     owner: User,
-    tenant: Tenant | None = None,
-    business_key: str | None = None,
-    input_version: int = 1,
-    idempotency_key: str | None = None,
-    serialization_key: str | None = None,
-    input_ref: StoredObject | None = None,
-    replay_of: Job | None = None,
-    run_after: datetime | None = None,
-) -> Job:
-    """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
-
-    A replay (same idempotency key per owner, or the same kind/business_key/input_version)
-    returns the existing job with `replayed=True`; the same key with a different request
-    raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
-    the elapsed budget starts then).
-    """
+    tenant: Tenant | None,
+    business_key: str | None,
+    input_version: int,
+    idempotency_key: str | None,
+    serialization_key: str | None,
+    input_ref: StoredObject | None,
+    replay_of: Job | None,
+    run_after: datetime | None,
+) -> NewJob:
+    """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
     spec = registry.kind_latest(kind)
     encoded = _canonical(input)
     if len(encoded.encode()) > jobs_settings.MAX_INPUT_BYTES:
@@ -210,19 +207,8 @@ def job_submit(
         input_ref=input_ref.pk if input_ref else None,
         tenant_id=tenant.pk if tenant else None,
     )
-    existing = _existing_for_replay(
-        owner=owner,
-        tenant=tenant,
-        idempotency_key=idempotency_key,
-        kind=kind,
-        business_key=business_key,
-        input_version=input_version,
-    )
-    if existing is not None:
-        return _check_replay(existing, fingerprint)
     now = timezone.now()
     due = max(now, run_after) if run_after is not None else now
-    later = due if due > now else None  # the outbox row's due time; None: now (fast path)
     keys = dispatch.admission_lock_keys(
         kind=kind,
         tenant_id=tenant.pk if tenant else None,
@@ -254,8 +240,56 @@ def job_submit(
         reason="accepted",
         details={"run_after": run_after.isoformat()} if run_after is not None else None,
     )
+    return NewJob(spec, job, accepted, due if due > now else None, keys)
+
+
+def job_submit(
+    *,
+    kind: str,
+    input: dict[str, Any],
+    owner: User,
+    tenant: Tenant | None = None,
+    business_key: str | None = None,
+    input_version: int = 1,
+    idempotency_key: str | None = None,
+    serialization_key: str | None = None,
+    input_ref: StoredObject | None = None,
+    replay_of: Job | None = None,
+    run_after: datetime | None = None,
+) -> Job:
+    """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
+
+    A replay (same idempotency key per owner, or the same kind/business_key/input_version)
+    returns the existing job with `replayed=True`; the same key with a different request
+    raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
+    the elapsed budget starts then).
+    """
+    new = _job_new(
+        kind=kind,
+        input=input,
+        owner=owner,
+        tenant=tenant,
+        business_key=business_key,
+        input_version=input_version,
+        idempotency_key=idempotency_key,
+        serialization_key=serialization_key,
+        input_ref=input_ref,
+        replay_of=replay_of,
+        run_after=run_after,
+    )
+    existing = _existing_for_replay(
+        owner=owner,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        kind=kind,
+        business_key=business_key,
+        input_version=input_version,
+    )
+    if existing is not None:
+        return _check_replay(existing, new.job.request_fingerprint)
+    job, accepted, later, spec = new.job, new.accepted, new.later, new.spec
     try:
-        if business_key or keys or connection.in_atomic_block:
+        if business_key or new.keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
             # caller's own rows: one transaction.
             with transaction.atomic():
@@ -294,22 +328,87 @@ def job_submit(
         )
         if existing is None:
             raise
-        return _check_replay(existing, fingerprint)
+        return _check_replay(existing, new.job.request_fingerprint)
     job.replayed = False  # type: ignore[attr-defined]
     return job
+
+
+# What a submit_many request may name (job_submit's keywords).
+_SUBMIT_FIELDS = frozenset(
+    {
+        "kind",
+        "input",
+        "owner",
+        "tenant",
+        "business_key",
+        "input_version",
+        "idempotency_key",
+        "serialization_key",
+        "input_ref",
+        "replay_of",
+        "run_after",
+    }
+)
+_PLAIN_DEFAULTS: dict[str, Any] = {
+    "tenant": None,
+    "business_key": None,
+    "input_version": 1,
+    "idempotency_key": None,
+    "serialization_key": None,
+    "input_ref": None,
+    "replay_of": None,
+    "run_after": None,
+}
+
+
+def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
+    """Accept many jobs in ONE transaction (the caller's, if any): all or none.
+
+    Each request holds `job_submit`'s keywords. Plain requests (no idempotency key, business
+    key or serialization key, and a kind without caps) are written with one INSERT per table
+    (jobs, events, outbox rows) and published after the commit in batch messages
+    (outbox.batching). Any other request goes through `job_submit` inside the same
+    transaction, with its replay and admission rules. Jobs come back in request order;
+    every one of them is checked before anything is written, so one bad request (an unknown
+    kind, an invalid or too large input) raises and writes nothing.
+    """
+    requests = list(requests)
+    plain: list[tuple[int, NewJob]] = []
+    rest: list[tuple[int, dict[str, Any]]] = []
+    for index, request in enumerate(requests):
+        unknown = set(request) - _SUBMIT_FIELDS
+        if unknown:
+            raise TypeError(f"submit_many request {index}: unknown fields {sorted(unknown)}")
+        if request.get("idempotency_key") or request.get("business_key"):
+            rest.append((index, request))
+            continue
+        new = _job_new(**{**_PLAIN_DEFAULTS, **request})
+        if new.keys:
+            rest.append((index, request))
+        else:
+            plain.append((index, new))
+    out: list[Job | None] = [None] * len(requests)
+    with transaction.atomic():
+        if plain:
+            messages = [
+                dispatch.job_execute_message(new.job, available_at=new.later) for _, new in plain
+            ]
+            Job.objects.bulk_create([new.job for _, new in plain])
+            JobEvent.objects.bulk_create([new.accepted for _, new in plain])
+            OutboxEntry.objects.bulk_create(messages)
+            outbox_after_commit_many(messages)
+            for index, new in plain:
+                new.job.replayed = False  # type: ignore[attr-defined]
+                out[index] = new.job
+        for index, request in rest:
+            out[index] = job_submit(**request)
+    return [job for job in out if job is not None]
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:
     """Give the turn (serialization key, concurrency caps) to the next job in line."""
     if isinstance(job, Lease):
-        dispatch.admission_handoff(
-            job_id=job.job_id,
-            kind=job.kind,
-            kind_version=job.kind_version,
-            tenant_id=job.tenant_id,
-            serialization_key=job.serialization_key,
-            left_active=left_active,
-        )
+        dispatch.admission_handoff_lease(job, left_active=left_active)
     else:
         dispatch.admission_handoff(
             job_id=job.pk,
@@ -336,152 +435,6 @@ def job_rearm_if_early(*, job_id: UUID) -> bool:
             return False
         job_enqueue_execute(job, available_at=job.next_attempt_at)
         return True
-
-
-def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[Any]) -> None:
-    """Success: result, state, local effects, event and successor commit together, fenced.
-
-    With nothing to commit beside the job's own row and event (no local effect, no admission
-    rule to hand over, no caller's transaction), that is one round trip and one commit."""
-    spec, keys = dispatch.handoff_keys(
-        kind=lease.kind,
-        kind_version=lease.kind_version,
-        tenant_id=lease.tenant_id,
-        serialization_key=lease.serialization_key,
-    )
-    alone = not local_effects and not keys and not connection.in_atomic_block
-    with fenced_transaction(lease, "complete", atomic=not alone):
-        if keys and not local_effects:
-            dispatch.complete_and_hand_over(lease, result, spec=spec, keys=keys)
-            return
-        lease_complete(lease, result)
-        for name, fn in local_effects:
-            effect_apply_local(lease, name, fn)
-        if keys:  # computed above: no second registry lookup on the hot path
-            _handoff(lease, left_active=True)
-
-
-def job_retry_schedule(
-    lease: Lease,
-    *,
-    decision: Decision,
-    error_message: str,
-    error_details: dict[str, Any] | None = None,
-) -> None:
-    """Durable retry: retry_wait with next_attempt_at plus an outbox row due at that time.
-    `error_details` (the exception's class and traceback) go into the event."""
-    with fenced_transaction(lease, "retry"):
-        now = timezone.now()
-        due = now + timedelta(seconds=decision.delay)
-        job_update_if_leased(
-            lease,
-            state=JobState.RETRY_WAIT.value,
-            next_attempt_at=due,
-            error_category=decision.category.value,
-            error_message=error_message[:2000],
-            updated_at=now,
-        )
-        job_event_record(
-            lease,
-            from_state=JobState.LEASED.value,
-            to_state=JobState.RETRY_WAIT.value,
-            reason=decision.reason,
-            worker=lease.worker,
-            details={
-                **decision.as_details(),
-                "next_attempt_at": due.isoformat(),
-                **(error_details or {}),
-            },
-        )
-        job_enqueue_execute(lease, available_at=due)
-        _handoff(lease, left_active=False)
-
-
-def job_quarantine(
-    lease: Lease,
-    *,
-    decision: Decision,
-    error_message: str,
-    responsible: str,
-    error_details: dict[str, Any] | None = None,
-) -> None:
-    """Stop for an operator: quarantined, with a record that carries no payload.
-    `error_details` (the exception's class and traceback) go into the event."""
-    with fenced_transaction(lease, "quarantine"):
-        now = timezone.now()
-        job_update_if_leased(
-            lease,
-            state=JobState.QUARANTINED.value,
-            error_category=decision.error_category,
-            error_message=error_message[:2000],
-            updated_at=now,
-        )
-        job_event_record(
-            lease,
-            from_state=JobState.LEASED.value,
-            to_state=JobState.QUARANTINED.value,
-            reason=decision.reason,
-            worker=lease.worker,
-            details={**decision.as_details(), **(error_details or {})},
-        )
-        QuarantineRecord.objects.create(
-            job_id=lease.job_id,
-            kind=lease.kind,
-            reason=decision.reason[:500],
-            category=decision.category.value,
-            input_version=lease.input_version,
-            attempts=lease.attempt,
-            generation=lease.generation,
-            last_attempt_at=lease.claimed_at,
-            responsible=responsible,
-        )
-        _handoff(lease, left_active=True)
-
-
-def job_release_incompatible(lease: Lease, *, delay: float) -> None:
-    """This worker cannot run the job's kind version: give it back without spending an attempt."""
-    with fenced_transaction(lease, "release"):
-        now = timezone.now()
-        due = now + timedelta(seconds=delay)
-        job_update_if_leased(
-            lease,
-            state=JobState.RETRY_WAIT.value,
-            attempt=lease.attempt - 1,
-            next_attempt_at=due,
-            updated_at=now,
-        )
-        job_event_record(
-            lease,
-            from_state=JobState.LEASED.value,
-            to_state=JobState.RETRY_WAIT.value,
-            reason=(f"incompatible deployment: no handler for {lease.kind} v{lease.kind_version}"),
-            worker=lease.worker,
-            details={"decision": "release", "delay_seconds": delay},
-        )
-        job_enqueue_execute(lease, available_at=due)
-        _handoff(lease, left_active=False)  # its lease slot is free, as after a retry
-
-
-def job_cancel_finish(lease: Lease, *, reason: str) -> None:
-    """A running job stopped after a cancel request: it ends cancelled, fenced."""
-    with fenced_transaction(lease, "cancel"):
-        now = timezone.now()
-        job_update_if_leased(
-            lease,
-            state=JobState.CANCELLED.value,
-            finished_at=now,
-            updated_at=now,
-            error_category="cancelled",
-            error_message=reason,
-        )
-        job_event_record(
-            lease,
-            from_state=JobState.LEASED.value,
-            to_state=JobState.CANCELLED.value,
-            reason=reason,
-            worker=lease.worker,
-        )
-        _handoff(lease, left_active=True)
 
 
 def job_cancel(*, job_id: UUID, actor: str) -> Job:

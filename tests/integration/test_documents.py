@@ -96,7 +96,7 @@ def test_serialization_key_admits_only_the_head__later_jobs_wait_for_handover(us
 
 
 def test_keyed_completion__hands_over_in_the_completions_one_statement(user: Any) -> None:
-    """jobs_complete and jobs_admission_lock go in one statement (dispatch.complete_and_hand_over)
+    """jobs_complete_many and jobs_admission_lock go in one statement (jobs.lifecycle)
     inside the completion's transaction; the next job of the key gets its message with it."""
     from django.test.utils import CaptureQueriesContext
 
@@ -111,7 +111,7 @@ def test_keyed_completion__hands_over_in_the_completions_one_statement(user: Any
         job_complete(lease, result={"ok": True}, local_effects=[])
 
     calls = [q["sql"] for q in queries.captured_queries if "jobs_" in q["sql"]]
-    assert len(calls) == 1 and "jobs_complete(" in calls[0] and "jobs_admission_lock(" in calls[0]
+    assert len(calls) == 1 and "jobs_complete_many(" in calls[0] and "jobs_admission_lock(" in calls[0]
     assert Job.objects.get(pk=first.pk).state == "succeeded"
     assert OutboxEntry.objects.filter(job_id=second.pk).count() == 1  # handed over
 
