@@ -9,6 +9,7 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from outbox.batching import batch_rule_add
         from outbox.schedule import maintenance_schedule_add
 
         # The tasks exist in every process, whether or not the project autodiscovers tasks.
@@ -22,3 +23,6 @@ class JobsConfig(AppConfig):
         registry.autoload()
         celery_hooks.connect()
         maintenance_schedule_add(celery_hooks.jobs_schedule())
+        from .dispatch import EXECUTE_MANY_TASK, EXECUTE_TASK, batchable
+
+        batch_rule_add(EXECUTE_TASK, batch_task=EXECUTE_MANY_TASK, accepts=batchable)

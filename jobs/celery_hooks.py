@@ -1,7 +1,7 @@
 """How the library joins the project's Celery app; connected once by `JobsConfig.ready`.
 
-Nothing here touches the project's other tasks: the connection tweaks apply to
-`jobs.execute` only, and the start-up refusal to workers that consume a jobs queue.
+Nothing here touches the project's other tasks: the connection tweaks apply to `jobs.execute`
+and `jobs.execute_many` only, and the start-up refusal to workers that consume a jobs queue.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _last_job_end = {"at": float("-inf")}
 
 
 def _is_job_task(sender: Any) -> bool:
-    return getattr(sender, "name", None) == "jobs.execute"
+    return getattr(sender, "name", None) in ("jobs.execute", "jobs.execute_many")
 
 
 def before_job(sender: Any = None, **kwargs: Any) -> None:

@@ -30,6 +30,12 @@ class JobsSettings(AppSettings):
         "TASK_SOFT_TIME_LIMIT": Setting(
             840, "Soft time limit of `jobs.execute` (below the hard one).", positive=True
         ),
+        "BATCH_BUDGET_SECONDS": Setting(
+            5.0,
+            "A batch message starts no handler after this long; the jobs left are given back "
+            "uncharged (also added to `jobs.execute_many`'s time limits).",
+            positive=True,
+        ),
         "RABBITMQ_CONSUMER_TIMEOUT": Setting(
             1800.0,
             "RabbitMQ's consumer_timeout as your server sets it (its redelivery window).",
@@ -82,6 +88,7 @@ class JobsSettings(AppSettings):
     TASK_SOFT_TIME_LIMIT: int
     RABBITMQ_CONSUMER_TIMEOUT: float
     DEFAULT_LEASE_SECONDS: float
+    BATCH_BUDGET_SECONDS: float
     MAX_INPUT_BYTES: int
     MAX_OBJECT_BYTES: int
     REAP_INTERVAL: float

@@ -49,6 +49,9 @@ class KindSpec:
     tenant_limit: int | None = None
     kind_limit: int | None = None
     authorize_submit: SubmitCheck | None = None
+    # May the relay put several jobs of this kind in one message (jobs.batch)? False for
+    # long or CPU-bound handlers: each job then gets its own message and prefork process.
+    batch: bool = True
     # Called by the worker once an attempt's outcome committed (jobs.runtime); its errors are
     # logged and never change the outcome. The `django.tasks` backend sends task_finished.
     on_outcome: Callable[[Lease, Outcome], None] | None = None
@@ -145,6 +148,7 @@ def handler(
     tenant_limit: int | None = None,
     kind_limit: int | None = None,
     authorize_submit: SubmitCheck | None = None,
+    batch: bool = True,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register `fn(ctx, input) -> dict` as the handler of `kind` at `version`."""
     if input_schema is not None:
@@ -169,6 +173,7 @@ def handler(
             tenant_limit=tenant_limit,
             kind_limit=kind_limit,
             authorize_submit=authorize_submit,
+            batch=batch,
         )
         _registry.setdefault(kind, {})[version] = spec
         return fn

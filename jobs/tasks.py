@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from celery import shared_task
 
-from . import runtime
+from . import batch, runtime
 from .conf import jobs_settings
 from .reaper import jobs_reap
 
@@ -34,6 +35,25 @@ def execute(
     Hints a later release adds are accepted and ignored, so a message from a newer web tier
     never fails on an older worker during a rolling deploy (docs/operations.md)."""
     runtime.execute(job_id, kind=kind, kind_version=kind_version)
+
+
+# A batch message: several jobs, claimed with one statement and committed with one
+# transaction before the ack (jobs.batch). Its limits add the batch budget, after which it
+# starts no more handlers.
+@shared_task(
+    name="jobs.execute_many",
+    ignore_result=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    time_limit=jobs_settings.TASK_TIME_LIMIT + math.ceil(jobs_settings.BATCH_BUDGET_SECONDS),
+    soft_time_limit=(
+        jobs_settings.TASK_SOFT_TIME_LIMIT + math.ceil(jobs_settings.BATCH_BUDGET_SECONDS)
+    ),
+)
+def execute_many(items: list[dict[str, Any]], **later_hints: Any) -> None:
+    """Deliver the jobs of one batch message; each item is one `jobs.execute` message's
+    kwargs (job_id, generation, kind, kind_version)."""
+    batch.execute_many(items)
 
 
 @shared_task(name="jobs.maintenance.reap", ignore_result=False)

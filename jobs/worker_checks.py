@@ -96,10 +96,13 @@ def worker_delivery(worker: Any) -> WorkerDelivery | None:
     if not consumed & jobs_queues():
         return None
     task = app.tasks["jobs.execute"]
+    batch = app.tasks["jobs.execute_many"]
+    limits = [t.time_limit or app.conf.task_time_limit for t in (task, batch)]
     return WorkerDelivery(
-        acks_late=bool(task.acks_late),
-        reject_on_worker_lost=bool(task.reject_on_worker_lost),
-        time_limit=task.time_limit or app.conf.task_time_limit,
+        acks_late=bool(task.acks_late and batch.acks_late),
+        reject_on_worker_lost=bool(task.reject_on_worker_lost and batch.reject_on_worker_lost),
+        # The larger of the two: a batch's own limit adds JOBS_BATCH_BUDGET_SECONDS.
+        time_limit=None if None in limits else max(limits),
         prefetch_multiplier=int(
             getattr(worker, "prefetch_multiplier", app.conf.worker_prefetch_multiplier)
         ),

@@ -95,7 +95,9 @@ def test_worker_delivery__worker_of_the_jobs_queue__prefetch_four_refused() -> N
 
     assert delivery is not None
     assert (delivery.acks_late, delivery.reject_on_worker_lost) == (True, True)
-    assert delivery.time_limit == 900  # JOBS_TASK_TIME_LIMIT's default, on the task
+    # The larger limit of jobs.execute (JOBS_TASK_TIME_LIMIT, 900) and jobs.execute_many
+    # (that plus JOBS_BATCH_BUDGET_SECONDS, 5), both on the tasks themselves.
+    assert delivery.time_limit == 905
     with pytest.raises(UnsafeWorkerSettings, match="prefetch_multiplier must be 1"):
         check_worker_settings(delivery)
 

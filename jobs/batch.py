@@ -1,0 +1,271 @@
+"""`execute_many(items)`: the batch path behind the `jobs.execute_many` Celery task.
+
+A batch message carries several jobs (the relay packs them under backlog; jobs.dispatch
+says which kinds may share one). For one message:
+  1. Claim every plain job with ONE statement (database function jobs_claim_many): a lease,
+     generation + 1 and a `leased` event each; no attempt is charged yet. Jobs that need the
+     full rules (a serialization key, caps, an expired lease, a kind this worker lacks) are
+     left for step 5. Finished jobs are duplicate deliveries.
+  2. One heartbeat keeps every lease of the batch alive (one statement per beat) until the
+     group commit; a lease found gone marks only its own job's context lost.
+  3. Run the handlers one after the other, each with its own JobContext (fence, effects,
+     log fields). Once `JOBS_BATCH_BUDGET_SECONDS` have passed, the jobs not started yet are
+     released (retry_wait, due now, attempt not charged) instead of run: a batch never holds
+     work much longer than one handler's run past its budget.
+  4. Group commit: one transaction holds every outcome. Plain successes go in ONE fenced
+     statement (jobs_complete_many), which also charges their attempt; every other exit
+     (retry, quarantine, cancel, release, local effects) is one savepoint each, so one job's
+     lost lease rolls back that job's writes only. Then the task returns and Celery acks
+     the message (acks_late): never before every outcome it carries committed.
+  5. The jobs left aside run through the one-job path (jobs.runtime), each claimed, run and
+     committed on its own, before the message is acked; once the budget is spent, each of
+     them gets a message of its own instead (`send_again`).
+Crash windows (docs/failure-modes.md): a kill in 1-4 leaves leased jobs with nothing
+charged; the message is redelivered (reject_on_worker_lost) and finds them busy, and the
+reaper gives them back uncharged once the leases expire, marked lease_expired: from then on
+each runs alone through jobs_claim, charged, so a job that kills its process spends its
+own attempts and no sibling's. A kill after 4 redelivers a message whose jobs are finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+
+from outbox.failpoints import failpoint
+
+from . import dispatch, lifecycle, prepared, registry, runtime
+from .conf import jobs_settings
+from .context import JobContext
+from .exceptions import LeaseLost
+from .identity import lease_owner_token
+from .leases import BatchHeartbeat, Lease, Member, json_value, lease_from_row
+from .logging import job_log_context
+from .models import Job
+from .runtime import ExecutionReport, Outcome, Verdict
+from .signals import DUPLICATE_DELIVERIES, signal_increment
+from .states import ACTIVE
+
+logger = logging.getLogger(__name__)
+
+_CLAIM_MANY_SQL = (
+    "SELECT * FROM jobs_claim_many(%s::uuid[], %s::text[], %s::int[], %s::float8[], %s::text)"
+)
+
+
+@dataclass
+class Claimed:
+    """One job of the batch under our lease, and what became of it."""
+
+    lease: Lease
+    spec: registry.KindSpec
+    input: Any
+    ctx: JobContext
+    verdict: Verdict | None = None
+
+
+def _plain_spec(item: dict[str, Any]) -> registry.KindSpec | None:
+    """The kind of an item the batch claim may take: known here, batchable and without caps
+    (the publisher's registry may disagree with ours during a deploy: ours decides)."""
+    kind, version = item.get("kind"), item.get("kind_version")
+    if not kind or not version:
+        return None
+    spec = registry.kind_version(kind, int(version))
+    if spec is None or not dispatch.batchable(item):
+        return None
+    return spec
+
+
+def claim_many(
+    items: list[tuple[UUID, registry.KindSpec]], *, worker: str
+) -> tuple[list[Claimed], list[UUID], list[UUID]]:
+    """Step 1: (claimed jobs, duplicates, jobs for the one-job path), in one statement."""
+    if not items:
+        return [], [], []
+    rows = prepared.fetchall(
+        _CLAIM_MANY_SQL,
+        [
+            [job_id for job_id, _ in items],
+            [spec.kind for _, spec in items],
+            [spec.version for _, spec in items],
+            # float: a kind may name its lease as an int, and psycopg refuses mixed lists.
+            [float(spec.lease_seconds) for _, spec in items],
+            worker,
+        ],
+    )
+    specs = dict(items)
+    claimed: list[Claimed] = []
+    duplicates: list[UUID] = []
+    others: list[UUID] = []
+    for row in rows:
+        job_id = row["id"]
+        if row["status"] == "claimed":
+            spec = specs[job_id]
+            lease = lease_from_row(
+                job_id, row, worker=worker, lease_seconds=float(spec.lease_seconds), charged=False
+            )
+            ctx = JobContext(lease)
+            if row["cancel_requested"]:
+                ctx.mark_cancel_requested()  # honoured before the handler starts (_run)
+            claimed.append(Claimed(lease, spec, json_value(row["input"]), ctx))
+        elif row["status"] == "finished":
+            duplicates.append(job_id)
+        else:
+            others.append(job_id)  # the one-job path answers (a missing job: MISSING)
+    return claimed, duplicates, others
+
+
+def _run(job: Claimed, *, budget_left: bool) -> Verdict:
+    """Step 3 for one job: its verdict, nothing written yet."""
+    lease = job.lease
+    if not budget_left:
+        exit = lifecycle.release_exit(
+            lease, delay=0.0, reason="released unstarted: batch budget spent", decision="release"
+        )
+        return Verdict(Outcome.DEFERRED, exit=exit)
+    if job.ctx.cancel_requested:
+        # Given back with a cancel request pending: honour it, run nothing (as jobs.runtime).
+        exit = lifecycle.cancel_exit("cancelled before this attempt started", started=False)
+        return Verdict(Outcome.CANCELLED, exit=exit)
+    with job_log_context(**lease.log_extra()):
+        try:
+            result, error = runtime.call_handler(job.spec, job.ctx, job.input)
+        except LeaseLost:
+            return Verdict(Outcome.STALE)
+        return runtime.judge(lease, job.spec, job.ctx, result, error)
+
+
+def run_claimed(jobs: list[Claimed]) -> None:
+    """Steps 2-3: every handler under one batch heartbeat."""
+    heartbeat = BatchHeartbeat(
+        [Member(j.lease, j.ctx.mark_lost, j.ctx.mark_cancel_requested) for j in jobs]
+    )
+    heartbeat.start()
+    started = time.monotonic()
+    budget = jobs_settings.BATCH_BUDGET_SECONDS
+    try:
+        for index, job in enumerate(jobs):
+            budget_left = index == 0 or time.monotonic() - started < budget
+            job.verdict = _run(job, budget_left=budget_left)
+    finally:
+        heartbeat.stop()
+
+
+def group_commit(jobs: list[Claimed]) -> None:
+    """Step 4: every outcome in one transaction; a lost lease fails only its own job."""
+    plain = [j for j in jobs if j.verdict and j.verdict.completion and not j.verdict.local_effects]
+    in_plain = {id(j) for j in plain}
+    with transaction.atomic():
+        for job in jobs:
+            verdict = job.verdict
+            if verdict is None or verdict.outcome is Outcome.STALE or id(job) in in_plain:
+                continue
+            if not _commit_one(job, verdict):
+                job.verdict = Verdict(Outcome.STALE)
+        completions = [j.verdict.completion for j in plain if j.verdict and j.verdict.completion]
+        applied = lifecycle.complete_many(completions)
+    for job in plain:
+        if job.lease.job_id not in applied:
+            job.verdict = Verdict(Outcome.STALE)
+    lifecycle.report_stale_completions(completions, applied)
+
+
+def _commit_one(job: Claimed, verdict: Verdict) -> bool:
+    """A savepoint of the group commit for an exit or a completion with local effects."""
+    if verdict.exit is not None:
+        return lifecycle.leave_in_savepoint(job.lease, verdict.exit)
+    if verdict.completion is None:
+        return True
+    try:
+        lifecycle.job_complete(
+            job.lease, result=verdict.completion.result, local_effects=list(verdict.local_effects)
+        )
+    except LeaseLost:
+        return False
+    except Exception as exc:
+        # A local effect failed: its savepoint rolled back; this job fails as if its handler
+        # had raised (retry or quarantine), and its siblings still commit.
+        failed = runtime.failure_verdict(job.lease, job.spec, exc)
+        job.verdict = failed
+        return failed.exit is not None and lifecycle.leave_in_savepoint(job.lease, failed.exit)
+    return True
+
+
+def _job_id(item: Any) -> UUID | None:
+    """An item's job id; None (logged) for an item no relay of ours writes."""
+    try:
+        return UUID(str(item["job_id"]))
+    except (KeyError, TypeError, ValueError):
+        logger.error("batch item without a valid job_id skipped", extra={"item": repr(item)[:200]})
+        return None
+
+
+def execute_many(
+    items: list[dict[str, Any]], *, worker: str | None = None
+) -> list[ExecutionReport]:
+    """Deliver the jobs of one batch message (module docstring); returns one report each."""
+    owner = worker or lease_owner_token()
+    started = time.monotonic()
+    plain: list[tuple[UUID, registry.KindSpec]] = []
+    aside: list[dict[str, Any]] = []
+    seen: set[UUID] = set()
+    for item in items:
+        job_id = _job_id(item)
+        if job_id is None or job_id in seen:
+            continue  # the same job twice in one message: one delivery
+        seen.add(job_id)
+        spec = _plain_spec(item)
+        if spec is None:
+            aside.append(item)
+        else:
+            plain.append((job_id, spec))
+    claimed, duplicates, others = runtime.claim_reconnecting(
+        lambda: claim_many(plain, worker=owner)
+    )
+    hints = {_job_id(item): item for item in items}
+    aside.extend(hints[job_id] for job_id in others)
+    reports = [ExecutionReport(Outcome.DUPLICATE, str(job_id)) for job_id in duplicates]
+    if duplicates:
+        signal_increment(DUPLICATE_DELIVERIES, by=len(duplicates))
+    if claimed:
+        failpoint("worker.batch_after_claim")
+        run_claimed(claimed)
+        failpoint("worker.batch_before_commit")
+        group_commit(claimed)
+        failpoint("worker.after_complete_before_ack")
+        for job in claimed:
+            verdict = job.verdict or Verdict(Outcome.STALE)
+            runtime.log_verdict(job.lease, verdict)
+            if verdict.outcome is not Outcome.STALE:
+                runtime.after_outcome(job.spec, job.lease, verdict.outcome)
+            reports.append(
+                ExecutionReport(verdict.outcome, str(job.lease.job_id), job.lease.generation)
+            )
+    late: list[UUID] = []
+    for item in aside:
+        if time.monotonic() - started >= jobs_settings.BATCH_BUDGET_SECONDS:
+            late.append(UUID(str(item["job_id"])))  # the budget is spent: a message of its own
+            continue
+        reports.append(
+            runtime.execute(
+                item["job_id"], kind=item.get("kind"), kind_version=item.get("kind_version")
+            )
+        )
+    if late:
+        send_again(late)
+        reports.extend(ExecutionReport(Outcome.DEFERRED, str(job_id)) for job_id in late)
+    return reports
+
+
+def send_again(job_ids: list[UUID]) -> None:
+    """A message of its own for each of these jobs still active (none was claimed by us):
+    the jobs a batch set aside for the one-job path once its budget was spent. A job that
+    already has a message meanwhile gets a second one, which its claim absorbs."""
+    with transaction.atomic():
+        for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
+            dispatch.job_enqueue_execute(job)
