@@ -1,6 +1,7 @@
 """durable-jobs: accepted work reaches one committed result or an operator's quarantine.
 
-Public API: `jobs.submit(...)`, `jobs.handler`, `jobs.execute(job_id)`.
+Public API: `jobs.submit(...)`, `jobs.submit_many([...])`, `jobs.handler`,
+`jobs.execute(job_id)`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ def submit(**kwargs: Any) -> Job:
     return job_submit(**kwargs)
 
 
+def submit_many(requests: Any) -> list[Job]:
+    """Accept many jobs in one transaction (see jobs.services.job_submit_many): each request
+    is a dict of `submit`'s keywords."""
+    from .services import job_submit_many
+
+    return job_submit_many(requests)
+
+
 def execute(job_id: Any) -> ExecutionReport:
     """Run one delivery of a job through the fenced worker protocol."""
     from .runtime import execute as run
@@ -34,4 +43,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["execute", "handler", "submit"]
+__all__ = ["execute", "handler", "submit", "submit_many"]

@@ -107,6 +107,11 @@ class OutboxSettings(AppSettings):
         "FAST_PATH": Setting(True, "Publish a due row right after its transaction commits."),
         "RELAY_INTERVAL": Setting(1.0, "Seconds between the beat's relay sweeps.", positive=True),
         "RELAY_BATCH_SIZE": Setting(500, "Rows one relay batch reserves.", positive=True),
+        "BATCH_MAX": Setting(
+            20,
+            "Most rows one broker message carries when a batch rule packs them (1: never pack).",
+            positive=True,
+        ),
         "RESERVATION_SECONDS": Setting(
             30.0, "How long a reserved row stays off other relays.", positive=True
         ),
@@ -137,6 +142,7 @@ class OutboxSettings(AppSettings):
     FAST_PATH: bool
     RELAY_INTERVAL: float
     RELAY_BATCH_SIZE: int
+    BATCH_MAX: int
     RESERVATION_SECONDS: float
     MARK_INTERVAL: float
     RETENTION_SECONDS: int

@@ -16,6 +16,8 @@ NAMES = frozenset(
         "submit.after_commit_before_publish",
         "relay.after_publish_before_mark",
         "worker.after_claim",
+        "worker.batch_after_claim",
+        "worker.batch_before_commit",
         "worker.after_effect_before_complete",
         "worker.after_complete_before_ack",
     }

@@ -4,7 +4,8 @@ Protocol of `outbox_relay_batch` (what a crash at each step leaves behind):
   1. Reserve: in one transaction, lock due unpublished rows with SKIP LOCKED, stamp
      `reserved_until` and count the attempt; commit. A crash after this leaves rows reserved;
      when the reservation lapses another relay takes them. Nothing is lost.
-  2. Publish every reserved row over one broker connection, holding no row lock. A crash
+  2. Publish every reserved row over one broker connection, holding no row lock; rows of a
+     task with a batch rule share messages (outbox.batching). A crash
      here leaves some messages published and their rows still unpublished.
   3. Mark the published rows in one UPDATE. A crash between 2 and 3 makes the next relay
      publish those rows again: a duplicate message, which the worker's claim absorbs.
@@ -26,8 +27,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import marks
+from .batching import messages_of
 from .conf import outbox_settings
 from .failpoints import failpoint
+from .fastpath import publish_combined
 from .marks import outbox_mark_published
 from .models import OutboxEntry
 from .transport import celery_app, require_broker
@@ -63,30 +66,32 @@ def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
 
 
 def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
-    """Step 2: publish over one connection; returns (published ids, errors by id)."""
+    """Step 2: publish over one connection, packed into batch messages where a rule allows
+    (outbox.batching); returns (published ids, errors by id)."""
     app = celery_app()
     require_broker(app)
     done: list[int] = []
     errors: dict[int, str] = {}
     with app.producer_or_acquire() as producer:
-        for row in rows:
+        for message in messages_of(rows):
             try:
                 app.send_task(
-                    row.task_name,
-                    kwargs=row.kwargs,
-                    queue=row.queue,
+                    message.task_name,
+                    kwargs=message.kwargs,
+                    queue=message.queue,
                     producer=producer,
                     ignore_result=True,
                     # The body is a few ids: plain repr, not Celery's slower saferepr.
                     argsrepr="()",
-                    kwargsrepr=repr(row.kwargs),
+                    kwargsrepr=repr(message.kwargs),
                     retry=True,
                     retry_policy={"max_retries": 2, "interval_start": 0.05},
                 )
-            except Exception as exc:  # broker trouble: back off this row, keep going
-                errors[row.id] = f"{type(exc).__name__}: {exc}"[:500]
+            except Exception as exc:  # broker trouble: back off these rows, keep going
+                for row_id in message.ids:
+                    errors[row_id] = f"{type(exc).__name__}: {exc}"[:500]
             else:
-                done.append(row.id)
+                done.extend(message.ids)
     return done, errors
 
 
@@ -140,16 +145,16 @@ def outbox_relay_until_empty(*, time_budget: float = 5.0) -> RelayResult:
 
 
 def outbox_publish_after_commit(rows: list[OutboxEntry]) -> None:
-    """Fast path: publish rows this process reserved and just committed, from memory.
+    """Fast path: publish rows this process reserved and just committed, from memory; when
+    another thread of the process is publishing, leave them with it (outbox.fastpath).
 
     Never raises: the transaction already committed, so the caller's answer stands; a row
     that fails here is published by the relay when its reservation lapses. Published rows
     are marked in batches by this process's mark thread (outbox/marks.py), not one by one.
     """
     failpoint("submit.after_commit_before_publish")
-    try:
-        _publish_and_mark(rows, mark=marks.mark_later)
-    except Exception:
-        logger.exception(
-            "outbox fast path failed; the relay will publish", extra={"ids": [r.id for r in rows]}
-        )
+    publish_combined(rows, _publish_and_mark_later)
+
+
+def _publish_and_mark_later(rows: list[OutboxEntry]) -> None:
+    _publish_and_mark(rows, mark=marks.mark_later)

@@ -55,6 +55,20 @@ def outbox_after_commit(entry: OutboxEntry) -> None:
         outbox_publish_after_commit([entry])
 
 
+def outbox_after_commit_many(entries: list[OutboxEntry]) -> None:
+    """`outbox_after_commit` for many saved rows: one publish call after the commit, which
+    packs them into batch messages where a rule allows (outbox.batching)."""
+    reserved = [entry for entry in entries if entry.reserved_until is not None]
+    if not reserved:
+        return
+    from .relay import outbox_publish_after_commit
+
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: outbox_publish_after_commit(reserved))
+    else:
+        outbox_publish_after_commit(reserved)
+
+
 def outbox_save(entry: OutboxEntry) -> OutboxEntry:
     """Save a new row in the caller's transaction; it commits (or rolls back) with their rows."""
     if not connection.in_atomic_block:

@@ -6,6 +6,7 @@ own) are always restored or removed, even when the test fails.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -275,3 +276,23 @@ def harness_for(broker_url: str) -> Iterator[Harness]:
         keep = os.environ.get("JOBS_TEST_KEEP_LOGS")
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def broker_job_ids(broker_url: str, queue: str = "jobs") -> list[str]:
+    """The job id of every message waiting in a Redis queue (kombu JSON bodies, task protocol
+    2: [args, kwargs, embed]); a `jobs.execute_many` message counts once per job it carries."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    try:
+        raw = client.lrange(queue, 0, -1)
+    finally:
+        client.close()
+    ids: list[str] = []
+    for item in raw:
+        kwargs = json.loads(base64.b64decode(json.loads(item)["body"]))[1]
+        if "items" in kwargs:
+            ids.extend(str(one["job_id"]) for one in kwargs["items"])
+        else:
+            ids.append(str(kwargs["job_id"]))
+    return ids

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-import redis
 
 from jobs.models import Job, JobEvent
 from jobs.signals import DUPLICATE_DELIVERIES, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
+from tests.harness import broker_job_ids as harness_broker_job_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
@@ -30,18 +28,7 @@ print("publish returned")
 
 
 def broker_job_ids(harness: Harness, queue: str = "jobs") -> list[str]:
-    """The job id of every message waiting in the private Redis queue (kombu JSON bodies)."""
-    client = redis.Redis.from_url(harness.broker_url)
-    try:
-        raw = client.lrange(queue, 0, -1)
-    finally:
-        client.close()
-    ids = []
-    for item in raw:
-        message = json.loads(item)
-        body = json.loads(base64.b64decode(message["body"]))
-        ids.append(body[1]["job_id"])  # task protocol 2: [args, kwargs, embed]
-    return ids
+    return harness_broker_job_ids(harness.broker_url, queue)
 
 
 def _two_messages_run_the_job_once(harness: Harness, job: Job, worker: str) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 import sys
 import time
@@ -11,13 +9,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import redis
 from django.db import transaction
 
 import jobs
 from jobs.models import Job
 from outbox.models import OutboxEntry
 from tests.harness import Harness, Proc, wait_until
+from tests.harness import broker_job_ids as harness_broker_job_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
@@ -25,13 +23,7 @@ ROWS = 2000
 
 
 def broker_job_ids(harness: Harness, queue: str = "jobs") -> list[str]:
-    """The job id of every message waiting in the private Redis queue (kombu JSON bodies)."""
-    client = redis.Redis.from_url(harness.broker_url)
-    try:
-        raw = client.lrange(queue, 0, -1)
-    finally:
-        client.close()
-    return [json.loads(base64.b64decode(json.loads(m)["body"]))[1]["job_id"] for m in raw]
+    return harness_broker_job_ids(harness.broker_url, queue)
 
 
 def submit_rows(user: Any) -> set[str]:

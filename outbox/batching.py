@@ -1,0 +1,93 @@
+"""Several outbox rows in one broker message: the relay's batching rules.
+
+A publish is one broker round trip per message, and a worker pays a claim, a commit and an
+ack per message. Under backlog the relay therefore packs rows of the same task and queue
+into one message of a batch task, when an app registered a rule for that task
+(`batch_rule_add`): `jobs` registers `jobs.execute` -> `jobs.execute_many`, whose worker
+claims and commits the whole message at once. The batch message's kwargs are
+`{"items": [kwargs of each row, ...]}`; each row keeps its own id and is marked published
+on its own, as before.
+
+Packing happens only with company: the rows one publish call has in hand (a relay sweep's
+reservation, a `submit_many`'s commit). A row alone goes out alone, as its own task, so an
+idle system pays no latency for batching. Rows are spread evenly: 45 rows with
+OUTBOX_BATCH_MAX=20 make three messages of 15, so several workers share a small backlog.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .conf import outbox_settings
+from .models import OutboxEntry
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    task_name: str
+    batch_task: str
+    # May a row with these kwargs share a message? (e.g. not for a long-running kind)
+    accepts: Callable[[dict[str, Any]], bool]
+
+
+@dataclass
+class Message:
+    """One broker message: the rows it carries are marked published together."""
+
+    task_name: str
+    queue: str
+    kwargs: dict[str, Any]
+    ids: list[int] = field(default_factory=list)
+
+
+_rules: dict[str, BatchRule] = {}
+
+
+def batch_rule_add(
+    task_name: str,
+    *,
+    batch_task: str,
+    accepts: Callable[[dict[str, Any]], bool] = lambda kwargs: True,
+) -> None:
+    """Let the relay pack rows of `task_name` into messages of `batch_task`."""
+    _rules[task_name] = BatchRule(task_name, batch_task, accepts)
+
+
+def batch_rule(task_name: str) -> BatchRule | None:
+    return _rules.get(task_name)
+
+
+def _chunks(rows: list[OutboxEntry], most: int) -> Iterable[list[OutboxEntry]]:
+    """`rows` in ceil(n / most) chunks of near-equal size, in order."""
+    count = math.ceil(len(rows) / most)
+    size, extra = divmod(len(rows), count)
+    start = 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        yield rows[start:end]
+        start = end
+
+
+def messages_of(rows: list[OutboxEntry]) -> list[Message]:
+    """The broker messages that carry `rows`: packed where a rule allows, else one each."""
+    most = outbox_settings.BATCH_MAX
+    messages: list[Message] = []
+    packable: dict[tuple[str, str], list[OutboxEntry]] = {}
+    for row in rows:
+        rule = _rules.get(row.task_name)
+        if most > 1 and rule is not None and rule.accepts(row.kwargs):
+            packable.setdefault((row.task_name, row.queue), []).append(row)
+        else:
+            messages.append(Message(row.task_name, row.queue, row.kwargs, [row.id]))
+    for (task_name, queue), group in packable.items():
+        batch_task = _rules[task_name].batch_task
+        for chunk in _chunks(group, most):
+            if len(chunk) == 1:
+                messages.append(Message(task_name, queue, chunk[0].kwargs, [chunk[0].id]))
+            else:
+                items = [row.kwargs for row in chunk]
+                messages.append(Message(batch_task, queue, {"items": items}, [r.id for r in chunk]))
+    return messages
