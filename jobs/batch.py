@@ -38,6 +38,7 @@ from uuid import UUID
 from django.db import transaction
 
 from outbox.failpoints import failpoint
+from outbox.services import outbox_publish_together
 
 from . import dispatch, lifecycle, prepared, registry, runtime
 from .conf import jobs_settings
@@ -160,7 +161,8 @@ def group_commit(jobs: list[Claimed]) -> None:
     """Step 4: every outcome in one transaction; a lost lease fails only its own job."""
     plain = [j for j in jobs if j.verdict and j.verdict.completion and not j.verdict.local_effects]
     in_plain = {id(j) for j in plain}
-    with transaction.atomic():
+    # Retries and releases scheduled here leave in batch messages after the commit.
+    with outbox_publish_together(), transaction.atomic():
         for job in jobs:
             verdict = job.verdict
             if verdict is None or verdict.outcome is Outcome.STALE or id(job) in in_plain:
@@ -266,6 +268,6 @@ def send_again(job_ids: list[UUID]) -> None:
     """A message of its own for each of these jobs still active (none was claimed by us):
     the jobs a batch set aside for the one-job path once its budget was spent. A job that
     already has a message meanwhile gets a second one, which its claim absorbs."""
-    with transaction.atomic():
+    with outbox_publish_together(), transaction.atomic():
         for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
             dispatch.job_enqueue_execute(job)

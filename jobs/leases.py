@@ -371,7 +371,7 @@ def lease_heartbeat_many(leases: list[Lease]) -> dict[UUID, HeartbeatResult]:
         [
             [lease.job_id for lease in leases],
             [lease.generation for lease in leases],
-            [lease.lease_seconds for lease in leases],
+            [float(lease.lease_seconds) for lease in leases],  # one type for psycopg
             leases[0].worker,
         ],
     )

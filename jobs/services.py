@@ -368,9 +368,10 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     key or serialization key, and a kind without caps) are written with one INSERT per table
     (jobs, events, outbox rows) and published after the commit in batch messages
     (outbox.batching). Any other request goes through `job_submit` inside the same
-    transaction, with its replay and admission rules. Jobs come back in request order;
-    every one of them is checked before anything is written, so one bad request (an unknown
-    kind, an invalid or too large input) raises and writes nothing.
+    transaction, with its replay and admission rules. Jobs come back in request order. A
+    plain request is checked before anything is written, a keyed one inside the transaction;
+    either way one bad request (an unknown kind, an invalid or too large input, a conflicting
+    idempotency key) raises and the whole call writes nothing.
     """
     requests = list(requests)
     plain: list[tuple[int, NewJob]] = []

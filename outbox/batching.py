@@ -16,6 +16,7 @@ OUTBOX_BATCH_MAX=20 make three messages of 15, so several workers share a small 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from typing import Any
 
 from .conf import outbox_settings
 from .models import OutboxEntry
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,15 @@ def _chunks(rows: list[OutboxEntry], most: int) -> Iterable[list[OutboxEntry]]:
         start = end
 
 
+def _accepts(rule: BatchRule, row: OutboxEntry) -> bool:
+    """A rule that fails on a row (odd kwargs) sends that row alone, never fails the sweep."""
+    try:
+        return bool(rule.accepts(row.kwargs))
+    except Exception:
+        logger.exception("batch rule failed on a row; it goes alone", extra={"outbox_id": row.id})
+        return False
+
+
 def messages_of(rows: list[OutboxEntry]) -> list[Message]:
     """The broker messages that carry `rows`: packed where a rule allows, else one each."""
     most = outbox_settings.BATCH_MAX
@@ -78,7 +90,7 @@ def messages_of(rows: list[OutboxEntry]) -> list[Message]:
     packable: dict[tuple[str, str], list[OutboxEntry]] = {}
     for row in rows:
         rule = _rules.get(row.task_name)
-        if most > 1 and rule is not None and rule.accepts(row.kwargs):
+        if most > 1 and rule is not None and _accepts(rule, row):
             packable.setdefault((row.task_name, row.queue), []).append(row)
         else:
             messages.append(Message(row.task_name, row.queue, row.kwargs, [row.id]))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -42,17 +45,15 @@ def outbox_entry_new(
     )
 
 
+# While `outbox_publish_together()` is active in this thread: the rows whose transaction
+# committed, published together when it ends.
+_together: ContextVar[list[OutboxEntry] | None] = ContextVar("outbox_together", default=None)
+
+
 def outbox_after_commit(entry: OutboxEntry) -> None:
     """Fast path for a saved row reserved by `outbox_entry_new`: publish it once its
     transaction commits (now, if it was written by a statement that committed itself)."""
-    if entry.reserved_until is None:
-        return
-    from .relay import outbox_publish_after_commit
-
-    if connection.in_atomic_block:
-        transaction.on_commit(lambda: outbox_publish_after_commit([entry]))
-    else:
-        outbox_publish_after_commit([entry])
+    outbox_after_commit_many([entry])
 
 
 def outbox_after_commit_many(entries: list[OutboxEntry]) -> None:
@@ -61,12 +62,47 @@ def outbox_after_commit_many(entries: list[OutboxEntry]) -> None:
     reserved = [entry for entry in entries if entry.reserved_until is not None]
     if not reserved:
         return
-    from .relay import outbox_publish_after_commit
+    together = _together.get()
+    if together is not None:
+        publish: Callable[[], None] = lambda: together.extend(reserved)  # noqa: E731
+    else:
+        from .relay import outbox_publish_after_commit
+
+        publish = lambda: outbox_publish_after_commit(reserved)  # noqa: E731
+    if connection.in_atomic_block:
+        transaction.on_commit(publish)  # dropped if its transaction or savepoint rolls back
+    else:
+        publish()
+
+
+@contextmanager
+def outbox_publish_together() -> Iterator[None]:
+    """Rows written inside (by any number of `outbox_save` calls, in one or more
+    transactions) are published by ONE call once they committed, so the relay's packing
+    applies to them: a worker's group commit that schedules several retries sends them in
+    batch messages, not one message each. A row of a rolled-back transaction or savepoint is
+    never published (its on-commit hook is dropped). Ending inside an outer transaction, the
+    publish waits for that transaction's commit."""
+    if _together.get() is not None:
+        yield  # already collecting: the outermost block publishes
+        return
+    collected: list[OutboxEntry] = []
+    token = _together.set(collected)
+    try:
+        yield
+    finally:
+        _together.reset(token)
+
+    def flush() -> None:
+        if collected:
+            from .relay import outbox_publish_after_commit
+
+            outbox_publish_after_commit(list(collected))
 
     if connection.in_atomic_block:
-        transaction.on_commit(lambda: outbox_publish_after_commit(reserved))
+        transaction.on_commit(flush)  # after the rows' own hooks, registered before it
     else:
-        outbox_publish_after_commit(reserved)
+        flush()
 
 
 def outbox_save(entry: OutboxEntry) -> OutboxEntry:

@@ -111,7 +111,8 @@ def test_keyed_completion__hands_over_in_the_completions_one_statement(user: Any
         job_complete(lease, result={"ok": True}, local_effects=[])
 
     calls = [q["sql"] for q in queries.captured_queries if "jobs_" in q["sql"]]
-    assert len(calls) == 1 and "jobs_complete_many(" in calls[0] and "jobs_admission_lock(" in calls[0]
+    assert len(calls) == 1
+    assert "jobs_complete_many(" in calls[0] and "jobs_admission_lock(" in calls[0]
     assert Job.objects.get(pk=first.pk).state == "succeeded"
     assert OutboxEntry.objects.filter(job_id=second.pk).count() == 1  # handed over
 

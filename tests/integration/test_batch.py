@@ -1,0 +1,505 @@
+"""The batch path (jobs.batch): one claim, one heartbeat and one group commit per message,
+each job still fenced on its own and charged only for a handler that started."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import jobs
+import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
+from jobs import batch, lifecycle, registry
+from jobs.leases import job_claim
+from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
+from jobs.reaper import jobs_reap
+from jobs.runtime import ExecutionReport, Outcome
+from jobs.services import job_cancel, job_submit_many
+from jobs.signals import (
+    DUPLICATE_DELIVERIES,
+    EFFECTS_REUSED,
+    STALE_WRITES_REJECTED,
+    signal_value,
+)
+from outbox.models import OutboxEntry
+from tests.harness import Harness, wait_until
+from tests.kinds_batch import CALLS_FILE_ENV, THIEF, calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BATCH_CLAIM = ("leased", "claimed in a batch")
+ONE_CLAIM = ("leased", "claimed")
+
+
+@pytest.fixture
+def calls_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    path = str(tmp_path / "calls.txt")
+    monkeypatch.setenv(CALLS_FILE_ENV, path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _rows_stay_in_the_outbox(settings: Any) -> None:
+    """In-process tests build their messages from the outbox rows; nothing is published."""
+    settings.OUTBOX_FAST_PATH = False
+
+
+def _submit(user: Any, kind: str = "batch.echo", **input: Any) -> Job:
+    return jobs.submit(kind=kind, input=input, owner=user)
+
+
+def _item(job: Job) -> dict[str, Any]:
+    """The kwargs of the job's newest outbox row: what the relay packs into a batch message."""
+    row = OutboxEntry.objects.filter(job_id=job.pk).order_by("-id").first()
+    assert row is not None, f"job {job.pk} has no outbox row"
+    return dict(row.kwargs)
+
+
+def _deliver(*batch_jobs: Job) -> dict[str, Outcome]:
+    reports = batch.execute_many([_item(job) for job in batch_jobs])
+    return _outcomes(reports)
+
+
+def _outcomes(reports: list[ExecutionReport]) -> dict[str, Outcome]:
+    outcomes = {report.job_id: report.outcome for report in reports}
+    assert len(outcomes) == len(reports), "one report per job"
+    return outcomes
+
+
+def _job(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def _due(job: Job) -> bool:
+    due = _job(job).next_attempt_at
+    return due is not None and due <= timezone.now()
+
+
+def _trail(job: Job) -> list[tuple[str, str, int, int]]:
+    """(to_state, reason, attempt, generation) of each event of the job, in order."""
+    return list(
+        JobEvent.objects.filter(job_id=job.pk)
+        .order_by("id")
+        .values_list("to_state", "reason", "attempt", "generation")
+    )
+
+
+def _claims(job: Job) -> list[tuple[str, str]]:
+    return [(to, reason) for to, reason, _, _ in _trail(job) if to == "leased"]
+
+
+def _runs(path: str, job: Job) -> int:
+    return sum(1 for job_id, _, _ in calls(path) if job_id == str(job.pk))
+
+
+def test_plain_batch__one_claim_and_one_completion_statement__each_job_once_attempt_one(
+    user: Any, calls_file: str
+) -> None:
+    small = [_submit(user, n=n) for n in range(3)]
+    large = [_submit(user, n=n) for n in range(3, 15)]
+
+    small_items, large_items = [_item(job) for job in small], [_item(job) for job in large]
+
+    with CaptureQueriesContext(connection) as few:
+        small_outcomes = _outcomes(batch.execute_many(small_items))
+    with CaptureQueriesContext(connection) as many:
+        large_outcomes = _outcomes(batch.execute_many(large_items))
+
+    for captured in (few, many):
+        sqls = [query["sql"] for query in captured.captured_queries]
+        assert sum("jobs_claim_many(" in sql for sql in sqls) == 1, sqls
+        assert sum("jobs_complete_many(" in sql for sql in sqls) == 1, sqls
+        assert not [sql for sql in sqls if "jobs_claim(" in sql], sqls
+    # The statements of a batch do not grow with its size: nothing is sent per job.
+    assert len(many.captured_queries) == len(few.captured_queries), sqls
+
+    assert set(small_outcomes.values()) == set(large_outcomes.values()) == {Outcome.SUCCEEDED}
+    for n, job in enumerate(small + large):
+        done = _job(job)
+        assert (done.state, done.attempt, done.generation) == ("succeeded", 1, 1)
+        assert done.result == {"n": n, "attempt": 1}
+        assert _trail(job) == [
+            ("queued", "accepted", 0, 0),
+            ("leased", "claimed in a batch", 1, 1),
+            ("succeeded", "completed", 1, 1),
+        ]
+    assert sorted(job_id for job_id, _, _ in calls(calls_file)) == sorted(
+        str(job.pk) for job in small + large
+    )
+
+
+def test_the_same_job_twice_in_one_message__delivered_once(user: Any, calls_file: str) -> None:
+    job, other = _submit(user, n=1), _submit(user, n=2)
+
+    reports = batch.execute_many([_item(job), _item(other), _item(job)])
+
+    assert [(r.job_id, r.outcome) for r in reports] == [
+        (str(job.pk), Outcome.SUCCEEDED),
+        (str(other.pk), Outcome.SUCCEEDED),
+    ]
+    assert _runs(calls_file, job) == 1
+
+
+def test_kinds_with_int_and_float_lease_lengths__share_one_message(
+    user: Any, calls_file: str
+) -> None:
+    """A kind naming its lease as an int (30) and one as a float (0.6, or the 30.0 default)
+    are packed together by the relay: the claim and the heartbeat take both."""
+    mixed = [_submit(user, n=1), _submit(user, "batch.short", n=2, sleep=0.5), _submit(user, n=3)]
+
+    assert set(_deliver(*mixed).values()) == {Outcome.SUCCEEDED}
+    first = _job(mixed[0])  # 30 s lease, beaten with the 0.6 s one (every 0.2 s)
+    assert first.heartbeat_at is not None and first.started_at is not None
+    assert first.heartbeat_at > first.started_at
+
+
+def test_a_message_naming_a_missing_job__reports_it_missing_and_runs_the_others(
+    user: Any, calls_file: str
+) -> None:
+    job = _submit(user, n=1)
+    gone = {**_item(job), "job_id": "00000000-0000-7000-8000-000000000000"}
+
+    reports = batch.execute_many([gone, _item(job)])
+
+    assert _outcomes(reports) == {
+        gone["job_id"]: Outcome.MISSING,
+        str(job.pk): Outcome.SUCCEEDED,
+    }
+
+
+def test_a_lease_taken_over_before_the_group_commit__only_that_job_is_fenced_out(
+    user: Any, calls_file: str
+) -> None:
+    """The victim's handler finished; another worker took its lease over before the group
+    commit: its completion matches no row (a stale write, counted), its siblings commit."""
+    first, victim, third = _submit(user, n=1), _submit(user, n=2), _submit(user, n=3)
+    thief = _submit(user, "batch.thief", victim=str(victim.pk))
+    last = _submit(user, n=5)
+    stale_before = signal_value(STALE_WRITES_REJECTED)
+
+    outcomes = _deliver(first, victim, third, thief, last)
+
+    assert outcomes.pop(str(victim.pk)) is Outcome.STALE
+    assert set(outcomes.values()) == {Outcome.SUCCEEDED}
+    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    taken = _job(victim)
+    assert (taken.state, taken.generation, taken.lease_owner) == ("leased", 2, THIEF)
+    assert taken.result is None and taken.attempt == 0  # nothing of ours was written
+    assert [to for to, *_ in _trail(victim)] == ["queued", "leased"]
+    assert _runs(calls_file, victim) == 1
+    for job in (first, third, thief, last):
+        assert (_job(job).state, _job(job).attempt) == ("succeeded", 1)
+
+
+def test_a_lease_found_gone_by_the_batch_heartbeat__that_handler_stops_siblings_beat_on(
+    user: Any, calls_file: str
+) -> None:
+    """Short leases (0.6 s): the batch heartbeat tells the victim's context its lease is gone,
+    its handler stops early and writes nothing; finished siblings keep their leases alive
+    until the group commit."""
+    early = _submit(user, "batch.short", n=1)
+    victim = _submit(user, "batch.short", n=2, sleep=20)  # works until told the lease is gone
+    thief = _submit(user, "batch.thief", victim=str(victim.pk))
+    late = _submit(user, "batch.short", n=4, sleep=1.0)
+    stale_before = signal_value(STALE_WRITES_REJECTED)
+
+    started = time.monotonic()
+    outcomes = _deliver(early, thief, victim, late)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 15, "the victim's handler was not told its lease was gone"
+    assert outcomes == {
+        str(early.pk): Outcome.SUCCEEDED,
+        str(thief.pk): Outcome.SUCCEEDED,
+        str(victim.pk): Outcome.STALE,
+        str(late.pk): Outcome.SUCCEEDED,
+    }
+    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert (_job(victim).generation, _job(victim).lease_owner) == (2, THIEF)
+    for job in (early, late):
+        done = _job(job)
+        assert (done.state, done.attempt) == ("succeeded", 1)
+        # Beaten after its claim: `early` finished at once and waited over a second, longer
+        # than its lease, for the group commit.
+        assert done.heartbeat_at is not None and done.started_at is not None
+        assert done.heartbeat_at > done.started_at
+
+
+def test_failures_in_a_batch__retry_charged_once_quarantine_recorded__siblings_succeed(
+    user: Any, calls_file: str
+) -> None:
+    ok1 = _submit(user, n=1)
+    flaky = _submit(user, n=2, **{"raise": "transient"})
+    ok2 = _submit(user, n=3)
+    broken = _submit(user, n=4, **{"raise": "permanent"})
+    ok3 = _submit(user, n=5)
+
+    outcomes = _deliver(ok1, flaky, ok2, broken, ok3)
+
+    assert outcomes == {
+        str(ok1.pk): Outcome.SUCCEEDED,
+        str(flaky.pk): Outcome.RETRY_SCHEDULED,
+        str(ok2.pk): Outcome.SUCCEEDED,
+        str(broken.pk): Outcome.QUARANTINED,
+        str(ok3.pk): Outcome.SUCCEEDED,
+    }
+    for job in (ok1, ok2, ok3):
+        assert (_job(job).state, _job(job).attempt) == ("succeeded", 1)
+
+    retrying = _job(flaky)
+    assert (retrying.state, retrying.attempt, retrying.generation) == ("retry_wait", 1, 1)
+    assert retrying.error_category == "transient"
+    assert [(to, attempt) for to, _, attempt, _ in _trail(flaky)] == [
+        ("queued", 0),
+        ("leased", 1),
+        ("retry_wait", 1),
+    ]
+    retry_row = OutboxEntry.objects.filter(job_id=flaky.pk).order_by("-id").first()
+    assert retry_row is not None and retry_row.published_at is None
+    assert OutboxEntry.objects.filter(job_id=flaky.pk).count() == 2
+    assert retry_row.available_at == retrying.next_attempt_at
+
+    stopped = _job(broken)
+    assert (stopped.state, stopped.attempt) == ("quarantined", 1)
+    record = QuarantineRecord.objects.get(job_id=broken.pk)
+    assert (record.attempts, record.generation, record.category) == (1, 1, "permanent")
+    assert OutboxEntry.objects.filter(job_id=broken.pk).count() == 1  # never retried
+
+
+def test_jobs_needing_the_full_rules__take_the_one_job_path_charged_at_claim(
+    user: Any, calls_file: str
+) -> None:
+    """A serialization key, caps, a lease given back by the reaper (lease_expired) and a
+    wrong kind hint: claimed by jobs_claim one at a time (attempt charged there); the plain
+    sibling is still batch-claimed."""
+    plain = _submit(user, n=0)
+    keyed = jobs.submit(kind="batch.echo", input={"n": 1}, owner=user, serialization_key="doc:1")
+    capped = _submit(user, "batch.capped", n=2)
+    mismatched = _submit(user, "batch.local", n=4)
+    expired = _submit(user, n=3)
+    # A batch claimed `expired`, then its process died: the reaper gives it back uncharged.
+    spec = registry.kind_version("batch.echo", 1)
+    assert spec is not None
+    claimed, _, _ = batch.claim_many([(expired.pk, spec)], worker="dead:1:1")
+    assert len(claimed) == 1 and _job(expired).attempt == 0
+    Job.objects.filter(pk=expired.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert jobs_reap().retried == 1
+    back = _job(expired)
+    assert (back.state, back.error_category, back.attempt) == ("retry_wait", "lease_expired", 0)
+    wait_until(lambda: _due(expired), timeout=10, what="the reaped job to be due")
+    wrong_hint = {**_item(mismatched), "kind": "batch.echo", "kind_version": 1}
+
+    reports = batch.execute_many(
+        [_item(plain), _item(keyed), _item(capped), _item(expired), wrong_hint]
+    )
+
+    assert set(_outcomes(reports).values()) == {Outcome.SUCCEEDED}
+    assert _claims(plain) == [BATCH_CLAIM]
+    for job in (keyed, capped, expired, mismatched):
+        done = _job(job)
+        assert (done.state, done.attempt) == ("succeeded", 1), job.kind
+        assert _claims(job)[-1] == ONE_CLAIM
+        assert _trail(job)[-1][:3] == ("succeeded", "completed", 1)
+        assert _runs(calls_file, job) == 1
+
+
+def test_the_same_batch_message_twice__the_second_is_a_duplicate_with_no_new_effects(
+    user: Any, calls_file: str
+) -> None:
+    batch_jobs = [_submit(user, "batch.effect", n=n) for n in range(3)]
+    batch_jobs += [_submit(user, n=n) for n in range(2)]
+    items = [_item(job) for job in batch_jobs]
+    first = _outcomes(batch.execute_many(items))
+    assert set(first.values()) == {Outcome.SUCCEEDED}
+    events = JobEvent.objects.count()
+    ledger = list(EffectLedgerEntry.objects.order_by("id").values_list("id", "state", "calls"))
+    lines = Path(calls_file).read_text()
+    duplicates = signal_value(DUPLICATE_DELIVERIES)
+
+    again = _outcomes(batch.execute_many(items))
+
+    assert again == {str(job.pk): Outcome.DUPLICATE for job in batch_jobs}
+    assert JobEvent.objects.count() == events
+    assert list(EffectLedgerEntry.objects.order_by("id").values_list("id", "state", "calls")) == (
+        ledger
+    )
+    assert Path(calls_file).read_text() == lines
+    assert signal_value(DUPLICATE_DELIVERIES) == duplicates + len(batch_jobs)
+
+
+def test_budget_spent__later_jobs_released_uncharged__then_succeed_when_delivered_again(
+    user: Any, calls_file: str, settings: Any
+) -> None:
+    settings.JOBS_BATCH_BUDGET_SECONDS = 0.3
+    slow = _submit(user, n=0, sleep=0.8)
+    rest = [_submit(user, n=n) for n in (1, 2)]
+
+    outcomes = _deliver(slow, *rest)
+
+    assert outcomes == {
+        str(slow.pk): Outcome.SUCCEEDED,
+        **{str(job.pk): Outcome.DEFERRED for job in rest},
+    }
+    assert (_job(slow).state, _job(slow).attempt) == ("succeeded", 1)
+    for job in rest:
+        released = _job(job)
+        assert (released.state, released.attempt, released.generation) == ("retry_wait", 0, 1)
+        assert released.next_attempt_at is not None
+        assert released.next_attempt_at <= timezone.now()
+        assert _trail(job)[-1] == ("retry_wait", "released unstarted: batch budget spent", 0, 1)
+        assert _runs(calls_file, job) == 0
+        rows = OutboxEntry.objects.filter(job_id=job.pk).order_by("id")
+        assert rows.count() == 2  # the submission's, and the release's, due now
+        newest = rows.last()
+        assert newest is not None and newest.available_at <= timezone.now()
+
+    redelivered = _deliver(*rest)
+
+    assert set(redelivered.values()) == {Outcome.SUCCEEDED}
+    for job in rest:
+        done = _job(job)
+        assert (done.state, done.attempt, done.generation) == ("succeeded", 1, 2)
+        assert _claims(job) == [BATCH_CLAIM, BATCH_CLAIM]
+        assert _runs(calls_file, job) == 1
+
+
+def test_external_effects_in_batches__applied_once_per_job_across_retries(
+    user: Any, calls_file: str
+) -> None:
+    """Two jobs fail after their effect; delivered again (in a batch) they reuse the ledger
+    row: one call of the effect per job in all."""
+    steady = [_submit(user, "batch.effect", n=n) for n in range(3)]
+    flaky = [_submit(user, "batch.effect", n=n, fail_times=1) for n in (3, 4)]
+    reused = signal_value(EFFECTS_REUSED)
+
+    first = _deliver(*steady, *flaky)
+
+    assert {first[str(job.pk)] for job in steady} == {Outcome.SUCCEEDED}
+    assert {first[str(job.pk)] for job in flaky} == {Outcome.RETRY_SCHEDULED}
+    wait_until(
+        lambda: all(_due(job) for job in flaky),
+        timeout=10,
+        what="the retries to be due",
+    )
+    second = _deliver(*flaky)
+
+    assert set(second.values()) == {Outcome.SUCCEEDED}
+    for job in steady + flaky:
+        assert _job(job).state == "succeeded"
+        entry = EffectLedgerEntry.objects.get(job_id=job.pk, name="notice")
+        assert (entry.state, entry.calls, entry.local) == ("applied", 1, False)
+        assert _job(job).result == {"notice": entry.outcome}
+    effect_calls = [job_id for job_id, _, _ in calls(calls_file, "effect")]
+    assert sorted(effect_calls) == sorted(str(job.pk) for job in steady + flaky)
+    assert [attempt for job_id, _, attempt in calls(calls_file) if job_id == str(flaky[0].pk)] == [
+        1,
+        2,
+    ]
+    assert signal_value(EFFECTS_REUSED) == reused + len(flaky)
+
+
+def test_local_effects_commit_in_their_savepoint__a_fenced_out_one_rolls_back_alone(
+    user: Any, calls_file: str
+) -> None:
+    first = _submit(user, "batch.local", n=1)
+    victim = _submit(user, "batch.local", n=2)
+    thief = _submit(user, "batch.thief", victim=str(victim.pk))
+    last = _submit(user, "batch.local", n=3)
+    stale_before = signal_value(STALE_WRITES_REJECTED)
+
+    outcomes = _deliver(first, victim, thief, last)
+
+    assert outcomes.pop(str(victim.pk)) is Outcome.STALE
+    assert set(outcomes.values()) == {Outcome.SUCCEEDED}
+    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    for job in (first, last):
+        assert _job(job).state == "succeeded"
+        entry = EffectLedgerEntry.objects.get(job_id=job.pk, name="receipt")
+        assert (entry.state, entry.local, entry.outcome) == (
+            "applied",
+            True,
+            {"receipt": entry.idempotency_key},
+        )
+    assert not EffectLedgerEntry.objects.filter(job_id=victim.pk).exists()
+    assert (_job(victim).state, _job(victim).lease_owner) == ("leased", THIEF)
+
+
+def test_a_pending_cancel_request__honoured_in_a_batch_without_running_the_handler(
+    user: Any, calls_file: str
+) -> None:
+    """A job given back with a cancel request still pending (here: released by a worker
+    that lacked its kind version) is cancelled on its next delivery, as the one-job path
+    does, not run."""
+    job = _submit(user, n=1)
+    sibling = _submit(user, n=2)
+    lease = job_claim(_job(job), worker="old:1:1")
+    assert lease is not None
+    job_cancel(job_id=job.pk, actor="alice")
+    lifecycle.job_release_incompatible(lease, delay=0)
+    waiting = _job(job)
+    assert waiting.state == "retry_wait" and waiting.cancel_requested_at is not None
+
+    outcomes = _deliver(job, sibling)
+
+    assert outcomes == {str(job.pk): Outcome.CANCELLED, str(sibling.pk): Outcome.SUCCEEDED}
+    cancelled = _job(job)
+    assert (cancelled.state, cancelled.attempt) == ("cancelled", 0)
+    assert _runs(calls_file, job) == 0
+    assert _trail(job)[-1][:3] == ("cancelled", "cancelled before this attempt started", 0)
+
+
+def test_real_worker__relay_packs_batch_messages__every_job_succeeds_exactly_once(
+    harness: Harness, user: Any, tmp_path: Path
+) -> None:
+    """45 committed rows, one relay sweep: three `jobs.execute_many` messages of 15 for a
+    real worker. Three jobs fail once and come back through their own retry rows."""
+    calls_path = str(tmp_path / "worker-calls.txt")
+    flaky = {5, 20, 38}
+    requests = [
+        {
+            "kind": "batch.echo",
+            "owner": user,
+            "input": {"n": n, "raise": "transient", "fail_times": 1} if n in flaky else {"n": n},
+        }
+        for n in range(45)
+    ]
+    submitted = job_submit_many(requests)
+    assert OutboxEntry.objects.filter(reserved_until__isnull=True).count() == 45
+    # Both know the kinds: the relay packs only kinds it knows to be batchable.
+    worker = harness.start_worker(
+        "wb",
+        concurrency=2,
+        JOBS_HANDLER_MODULES="tests.kinds_batch",
+        JOBS_TEST_CALLS_FILE=calls_path,
+    )
+    harness.start_relay(JOBS_HANDLER_MODULES="tests.kinds_batch")
+
+    wait_until(
+        lambda: Job.objects.filter(state="succeeded").count() == 45,
+        timeout=90,
+        what="every job to succeed",
+    )
+
+    assert "jobs.execute_many" in worker.log()
+    runs = calls(calls_path)
+    for n, job in enumerate(submitted):
+        done = _job(job)
+        expected_attempt = 2 if n in flaky else 1
+        assert done.attempt == expected_attempt, n
+        assert done.result == {"n": n, "attempt": expected_attempt}
+        assert [a for job_id, _, a in runs if job_id == str(job.pk)] == list(
+            range(1, expected_attempt + 1)
+        )
+        assert _claims(job)[0] == BATCH_CLAIM  # the first delivery was a batch message
+        assert [to for to, *_ in _trail(job)].count("succeeded") == 1
+    wait_until(
+        lambda: not OutboxEntry.objects.filter(published_at__isnull=True).exists(),
+        timeout=30,
+        what="every outbox row to be marked published",
+    )

@@ -1,0 +1,257 @@
+"""`jobs.submit_many`: many jobs in one transaction, all or none, published after the commit
+in batch messages (read back from the suite's private Redis)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import jobs
+import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
+from jobs.exceptions import IdempotencyConflict, InputTooLarge, UnknownKind, ValidationFailed
+from jobs.models import Job, JobEvent
+from outbox.models import OutboxEntry
+from tests.harness import Harness, PrivateRedis, wait_until
+from tests.integration.test_relay_batching import broker_messages, job_ids_of
+from tests.kinds_batch import calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def broker(session_redis: PrivateRedis) -> Iterator[redis.Redis]:
+    """The private Redis the in-process Celery app publishes to, emptied first."""
+    client = redis.Redis(host="127.0.0.1", port=session_redis.port, db=0)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+def _plain(user: Any, n: int, kind: str = "batch.echo") -> dict[str, Any]:
+    return {"kind": kind, "input": {"n": n}, "owner": user}
+
+
+def _nothing_written() -> bool:
+    return not (Job.objects.exists() or JobEvent.objects.exists() or OutboxEntry.objects.exists())
+
+
+def _unmarked() -> int:
+    return OutboxEntry.objects.filter(published_at__isnull=True).count()
+
+
+def _inserts(captured: CaptureQueriesContext) -> Counter[str]:
+    """INSERT statements sent, by table."""
+    tables: Counter[str] = Counter()
+    for query in captured.captured_queries:
+        sql = query["sql"]
+        if sql.startswith("INSERT INTO "):
+            tables[sql.split()[2].strip('"')] += 1
+    return tables
+
+
+def test_1000_plain_jobs__one_insert_per_table__published_in_batch_messages_after_commit(
+    user: Any, broker: redis.Redis
+) -> None:
+    requests = [_plain(user, n) for n in range(1000)]
+
+    with CaptureQueriesContext(connection) as captured:
+        submitted = jobs.submit_many(requests)
+
+    assert _inserts(captured) == {"jobs_job": 1, "jobs_jobevent": 1, "outbox_outboxentry": 1}
+    others = [
+        q["sql"][:80]
+        for q in captured.captured_queries
+        if not q["sql"].startswith("INSERT INTO ") and q["sql"] not in ("BEGIN", "COMMIT")
+    ]
+    assert others == []  # nothing sent per job
+    assert [job.input for job in submitted] == [{"n": n} for n in range(1000)]
+    assert {job.replayed for job in submitted} == {False}  # type: ignore[attr-defined]
+    ids = {str(job.pk) for job in submitted}
+    assert Job.objects.filter(state="queued").count() == 1000
+    assert JobEvent.objects.filter(to_state="queued", reason="accepted").count() == 1000
+    rows = OutboxEntry.objects.filter(task_name="jobs.execute")
+    assert {str(job_id) for job_id in rows.values_list("job_id", flat=True)} == ids
+    assert rows.count() == 1000
+    # Published from memory right after the commit, before submit_many returned.
+    messages = broker_messages(broker)
+    assert [(task, len(job_ids_of((task, kw)))) for task, kw in messages] == [
+        ("jobs.execute_many", 20)
+    ] * 50
+    carried = [job_id for message in messages for job_id in job_ids_of(message)]
+    assert len(carried) == 1000 and set(carried) == ids
+    wait_until(lambda: _unmarked() == 0, timeout=30, what="every row to be marked published")
+
+
+def test_inside_a_callers_transaction__published_only_once_it_commits(
+    user: Any, broker: redis.Redis
+) -> None:
+    with transaction.atomic():
+        submitted = jobs.submit_many([_plain(user, n) for n in range(40)])
+        assert Job.objects.count() == 40
+        assert broker_messages(broker) == []  # not before the caller's commit
+
+    messages = broker_messages(broker)
+    assert [task for task, _ in messages] == ["jobs.execute_many"] * 2
+    assert sorted(j for m in messages for j in job_ids_of(m)) == sorted(
+        str(job.pk) for job in submitted
+    )
+
+
+def test_inside_a_callers_transaction_that_rolls_back__nothing_written_nothing_published(
+    user: Any, broker: redis.Redis
+) -> None:
+    class Abort(Exception):
+        pass
+
+    requests = [_plain(user, n) for n in range(30)]
+    requests.append({**_plain(user, 99), "idempotency_key": "k-99"})  # the keyed path too
+    with pytest.raises(Abort), transaction.atomic():
+        jobs.submit_many(requests)
+        raise Abort
+
+    assert _nothing_written()
+    assert broker_messages(broker) == []
+
+
+BAD_REQUESTS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
+    "unknown kind": ({"kind": "no.such.kind", "input": {"n": 1}}, UnknownKind),
+    "schema violation": ({"kind": "batch.strict", "input": {"n": "one"}}, ValidationFailed),
+    "too large": ({"kind": "batch.echo", "input": {"pad": "x" * 70_000}}, InputTooLarge),
+    "unknown field": ({"kind": "batch.echo", "input": {}, "priority": 9}, TypeError),
+}
+
+
+# In the test's own transaction (quicker): submit_many's is a savepoint, rolled back the same
+# way; that nothing is published after a rollback is shown by the caller's-transaction test.
+@pytest.mark.django_db
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "idempotency-keyed"])
+@pytest.mark.parametrize("position", [0, 5, 10], ids=["first", "middle", "last"])
+@pytest.mark.parametrize("bad", list(BAD_REQUESTS), ids=list(BAD_REQUESTS))
+def test_an_invalid_request_anywhere__raises_and_writes_nothing(
+    user: Any, bad: str, position: int, keyed: bool
+) -> None:
+    request, error = BAD_REQUESTS[bad]
+    request = {**request, "owner": user}
+    if keyed:
+        request["idempotency_key"] = f"bad-{position}"
+    requests = [_plain(user, n) for n in range(10)]
+    requests.insert(position, request)
+
+    with CaptureQueriesContext(connection) as captured, pytest.raises(error):
+        jobs.submit_many(requests)
+
+    assert _nothing_written()
+    if not keyed:
+        assert _inserts(captured) == {}  # checked before anything was sent
+
+
+def test_mixed_requests__keyed_ones_through_job_submit__returned_in_request_order(
+    user: Any, broker: redis.Redis
+) -> None:
+    requests = [
+        _plain(user, 0),
+        {**_plain(user, 1), "idempotency_key": "k-1"},
+        _plain(user, 2),
+        {**_plain(user, 3), "serialization_key": "doc:7"},
+        {**_plain(user, 4), "serialization_key": "doc:7"},
+        {**_plain(user, 5), "business_key": "report-5"},
+        _plain(user, 6, kind="batch.capped"),
+        _plain(user, 7),
+    ]
+
+    submitted = jobs.submit_many(requests)
+
+    assert [job.input for job in submitted] == [{"n": n} for n in range(8)]
+    assert [job.kind for job in submitted] == [r["kind"] for r in requests]
+    assert submitted[1].idempotency_key == "k-1"
+    assert submitted[5].business_key == "report-5"
+    head, behind = submitted[3], submitted[4]
+    # The serialization key's rules held: only the head of the key got a message.
+    assert OutboxEntry.objects.filter(job_id=head.pk).exists()
+    assert not OutboxEntry.objects.filter(job_id=behind.pk).exists()
+    messaged = [job for job in submitted if job is not behind]
+    assert OutboxEntry.objects.count() == len(messaged)
+    plain = [submitted[n] for n in (0, 2, 7)]
+    messages = broker_messages(broker)
+    batches = [job_ids_of(m) for m in messages if m[0] == "jobs.execute_many"]
+    assert batches == [[str(job.pk) for job in plain]]  # the bulk rows, packed
+    assert sorted(j for m in messages for j in job_ids_of(m)) == sorted(
+        str(job.pk) for job in messaged
+    )
+
+    again = jobs.submit_many([{**_plain(user, 1), "idempotency_key": "k-1"}, _plain(user, 8)])
+
+    assert again[0].pk == submitted[1].pk and again[0].replayed  # type: ignore[attr-defined]
+    assert not again[1].replayed  # type: ignore[attr-defined]
+    assert Job.objects.count() == 9
+
+
+def test_a_plain_request_due_later__left_to_the_relay__the_others_published_now(
+    user: Any, broker: redis.Redis
+) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    requests = [_plain(user, n) for n in range(3)]
+    requests.insert(1, {**_plain(user, 9), "run_after": later})
+
+    submitted = jobs.submit_many(requests)
+
+    waiting = OutboxEntry.objects.get(job_id=submitted[1].pk)
+    assert waiting.available_at == later and waiting.reserved_until is None
+    assert waiting.published_at is None
+    now = [str(submitted[n].pk) for n in (0, 2, 3)]
+    assert [job_ids_of(m) for m in broker_messages(broker)] == [now]
+
+
+def test_a_keyed_request_in_conflict__raises_and_the_whole_call_writes_nothing(
+    user: Any, broker: redis.Redis
+) -> None:
+    jobs.submit(kind="batch.echo", input={"n": 1}, owner=user, idempotency_key="k-1")
+    before = (Job.objects.count(), JobEvent.objects.count(), OutboxEntry.objects.count())
+    broker.flushdb()
+    requests = [_plain(user, n) for n in range(5)]
+    requests.append({**_plain(user, 2), "idempotency_key": "k-1"})  # same key, other body
+
+    with pytest.raises(IdempotencyConflict):
+        jobs.submit_many(requests)
+
+    assert (Job.objects.count(), JobEvent.objects.count(), OutboxEntry.objects.count()) == before
+    assert broker_messages(broker) == []
+
+
+def test_a_real_worker_drains_200_submit_many_jobs__each_exactly_once(
+    harness: Harness, user: Any, tmp_path: Path
+) -> None:
+    calls_path = str(tmp_path / "calls.txt")
+    worker = harness.start_worker(
+        "wm",
+        concurrency=2,
+        JOBS_HANDLER_MODULES="tests.kinds_batch",
+        JOBS_TEST_CALLS_FILE=calls_path,
+    )
+
+    submitted = jobs.submit_many([_plain(user, n) for n in range(200)])
+
+    wait_until(
+        lambda: Job.objects.filter(state="succeeded").count() == 200,
+        timeout=90,
+        what="200 jobs to succeed",
+    )
+    assert "jobs.execute_many" in worker.log()
+    runs = Counter(job_id for job_id, _, _ in calls(calls_path))
+    assert runs == Counter({str(job.pk): 1 for job in submitted})
+    for n, job in enumerate(submitted):
+        done = Job.objects.get(pk=job.pk)
+        assert (done.attempt, done.generation, done.result) == (1, 1, {"n": n, "attempt": 1})
+    claims = JobEvent.objects.filter(to_state="leased").values_list("reason", flat=True)
+    assert Counter(claims) == {"claimed in a batch": 200}
+    assert JobEvent.objects.filter(to_state="succeeded").count() == 200
+    wait_until(lambda: _unmarked() == 0, timeout=30, what="every row to be marked published")
