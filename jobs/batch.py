@@ -265,9 +265,10 @@ def execute_many(
 
 
 def send_again(job_ids: list[UUID]) -> None:
-    """A message of its own for each of these jobs still active (none was claimed by us):
-    the jobs a batch set aside for the one-job path once its budget was spent. A job that
-    already has a message meanwhile gets a second one, which its claim absorbs."""
+    """A new message for each of these jobs still active (none was claimed by us): the jobs
+    a batch set aside for the one-job path once its budget was spent (packed again where
+    allowed; the next batch sets them aside again, with a fresh budget). A job that already
+    has a message meanwhile gets a second one, which its claim absorbs."""
     with outbox_publish_together(), transaction.atomic():
         for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
             dispatch.job_enqueue_execute(job)

@@ -115,7 +115,13 @@ def batch_effect(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
 def batch_local(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """A local effect: committed with the completion, in the group commit's savepoint."""
     record("run", ctx)
-    ctx.local_effect("receipt", lambda key: {"receipt": key})
+
+    def receipt(key: str) -> dict[str, Any]:
+        if input.get("broken"):  # runs inside the (group) commit, after the handler returned
+            raise TransientError("the receipt table is locked (test)")
+        return {"receipt": key}
+
+    ctx.local_effect("receipt", receipt)
     return {"n": input.get("n")}
 
 

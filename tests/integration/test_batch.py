@@ -503,3 +503,55 @@ def test_real_worker__relay_packs_batch_messages__every_job_succeeds_exactly_onc
         timeout=30,
         what="every outbox row to be marked published",
     )
+
+
+def test_a_local_effect_failing_in_the_group_commit__fails_that_job_alone(
+    user: Any, calls_file: str
+) -> None:
+    """The local effect runs inside the group commit; when it raises, its savepoint rolls
+    back and that job fails as if its handler had (a transient error: a retry, charged);
+    its siblings' outcomes commit in the same transaction."""
+    broken = _submit(user, "batch.local", n=0, broken=True)
+    fine = [_submit(user, "batch.local", n=n) for n in (1, 2)]
+
+    outcomes = _deliver(fine[0], broken, fine[1])
+
+    assert outcomes[str(broken.pk)] == Outcome.RETRY_SCHEDULED
+    failed = _job(broken)
+    assert (failed.state, failed.attempt, failed.error_category) == ("retry_wait", 1, "transient")
+    assert not EffectLedgerEntry.objects.filter(job_id=broken.pk).exists()  # rolled back
+    for job in fine:
+        assert outcomes[str(job.pk)] == Outcome.SUCCEEDED
+        assert (_job(job).state, _job(job).attempt) == ("succeeded", 1)
+        assert EffectLedgerEntry.objects.get(job_id=job.pk, name="receipt").state == "applied"
+
+
+def test_jobs_set_aside_once_the_budget_is_spent__get_a_message_again_not_a_run(
+    user: Any, calls_file: str, settings: Any
+) -> None:
+    """A slow job spends the budget; the set-aside jobs (here: a serialization key each, so
+    the one-job path) are not run past it: each gets a new outbox row, then runs later."""
+    settings.JOBS_BATCH_BUDGET_SECONDS = 0.3
+    slow = _submit(user, n=0, sleep=0.6)
+    keyed = [
+        jobs.submit(kind="batch.echo", input={"n": n}, owner=user, serialization_key=f"k{n}")
+        for n in (1, 2)
+    ]
+    before = {job.pk: OutboxEntry.objects.filter(job_id=job.pk).count() for job in keyed}
+
+    outcomes = _deliver(slow, *keyed)
+
+    assert outcomes[str(slow.pk)] == Outcome.SUCCEEDED
+    for job in keyed:
+        assert outcomes[str(job.pk)] == Outcome.DEFERRED
+        assert (_job(job).state, _job(job).attempt, _job(job).generation) == ("queued", 0, 0)
+        assert _runs(calls_file, job) == 0
+        assert OutboxEntry.objects.filter(job_id=job.pk).count() == before[job.pk] + 1
+
+    settings.JOBS_BATCH_BUDGET_SECONDS = 5.0
+    again = _deliver(*keyed)
+
+    assert set(again.values()) == {Outcome.SUCCEEDED}
+    for job in keyed:
+        assert (_job(job).state, _job(job).attempt) == ("succeeded", 1)
+        assert _runs(calls_file, job) == 1
