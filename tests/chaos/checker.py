@@ -22,7 +22,8 @@ from typing import Any
 
 FINISHED = {"succeeded", "quarantined", "cancelled", "failed"}
 NOTICE_KINDS = {"chaos.notify", "chaos.flaky", "drill.notify", "drill.flaky"}
-CLAIM_REASONS = {"claimed", "took over expired lease"}
+# jobs_claim's two reasons, and jobs_claim_many's (a batch message's claim).
+CLAIM_REASONS = {"claimed", "took over expired lease", "claimed in a batch"}
 
 
 @dataclass

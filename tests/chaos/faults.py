@@ -352,8 +352,9 @@ def broker_waiting_job_ids(redis_url: str, queue: str = "jobs") -> set[str] | No
     ids: set[str] = set()
     for item in raw:
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            body = json.loads(base64.b64decode(json.loads(item)["body"]))
-            ids.add(str(body[1]["job_id"]))
+            kwargs = json.loads(base64.b64decode(json.loads(item)["body"]))[1]
+            # A batch message (jobs.execute_many) carries several jobs' kwargs.
+            ids.update(str(one["job_id"]) for one in kwargs.get("items", [kwargs]))
     return ids
 
 

@@ -8,6 +8,11 @@ maintenance process (reaper + reconciler, what beat does) and N celery workers, 
 N jobs of the chaos kinds (tests/kinds_chaos.py) over the run while a fault thread kills,
 stops and restarts things. After the last fault everything is restored, the run drains,
 and tests.chaos.checker proves the invariants. Exit status 0 only when every check passed.
+
+A share of the jobs (--batch-share) is submitted in groups through `jobs.submit_many`,
+whose rows are published after the commit packed into `jobs.execute_many` batch messages
+(the relay packs backlogged rows too), so faults also hit batches mid-flight: the report
+counts batch messages claimed and those whose leases had to be recovered.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class SoakResult:
     reconciler: str = ""
     worker_deaths: list[str] = field(default_factory=list)
     straggler: list[str] = field(default_factory=list)
+    submitted_in_batches: int = 0
+    batches: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -78,6 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds of submissions + faults (default jobs/15, at least 60)",
     )
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--batch-share",
+        type=float,
+        default=0.3,
+        help="share of jobs submitted in groups through jobs.submit_many (batch messages)",
+    )
     parser.add_argument("--concurrency", type=int, default=2, help="pool children per worker")
     parser.add_argument(
         "--fault-every", type=float, default=4.0, help="mean seconds between faults"
@@ -89,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.workers < 1:
         parser.error("--jobs and --workers must be at least 1")
+    if not 0.0 <= args.batch_share <= 1.0:
+        parser.error("--batch-share must be between 0 and 1")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
     if args.duration is None:
@@ -156,6 +171,44 @@ def job_story(job_id: str) -> list[str]:
     return sorted(lines)
 
 
+# A batch claim (jobs_claim_many) whose lease was later recovered: reaped (lease_expired)
+# at its generation, or taken over by the next one. Its owner token names its message.
+_BATCH_STATS_SQL = """
+WITH batch AS (
+    SELECT job_id, generation, worker FROM jobs_jobevent
+    WHERE to_state = 'leased' AND reason = 'claimed in a batch'
+), recovered AS (
+    SELECT b.* FROM batch b WHERE EXISTS (
+        SELECT 1 FROM jobs_jobevent e
+        WHERE e.job_id = b.job_id AND e.from_state = 'leased' AND (
+            (e.generation = b.generation AND e.to_state = 'retry_wait'
+             AND e.details->>'category' = 'lease_expired')
+            OR (e.generation = b.generation + 1 AND e.reason = 'took over expired lease')
+        )
+    )
+)
+SELECT (SELECT count(*) FROM batch), (SELECT count(DISTINCT worker) FROM batch),
+       (SELECT count(*) FROM recovered), (SELECT count(DISTINCT worker) FROM recovered)
+"""
+
+
+def batch_stats() -> dict[str, int]:
+    """What the batch path saw: jobs claimed in batches, batch messages that claimed any
+    (one owner token each), and those of both whose leases had to be recovered (their
+    worker was killed or stopped mid-batch)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(_BATCH_STATS_SQL)
+        jobs, messages, jobs_recovered, messages_recovered = cursor.fetchone()
+    return {
+        "batch_claims": int(jobs),
+        "batch_messages": int(messages),
+        "batch_claims_recovered": int(jobs_recovered),
+        "batch_messages_recovered": int(messages_recovered),
+    }
+
+
 def oldest_queued_age() -> tuple[float, int, int]:
     """(age in seconds of the oldest due queued/retry_wait job, active jobs, finished jobs)."""
     from django.db import connection
@@ -196,9 +249,53 @@ class Soak:
                 Sample(round(time.monotonic() - self.started, 1), round(age, 2), active, finished)
             )
 
+    def groups(self, count: int) -> list[list[int]]:
+        """Consecutive plan indices, one group per submission call: a single job (its own
+        `job_submit`, idempotency key and all) or a group of 2-12 for `jobs.submit_many`,
+        so that about --batch-share of the jobs go in groups."""
+        share, low, high = self.args.batch_share, 2, 12
+        mean = (low + high) / 2
+        start_group = share / (mean - (mean - 1) * share) if share < 1 else 1.0
+        groups: list[list[int]] = []
+        n = 0
+        while n < count:
+            size = self.rng.randint(low, high) if self.rng.random() < start_group else 1
+            groups.append(list(range(n, min(count, n + size))))
+            n += size
+        return groups
+
+    def submit_group(
+        self, owner: Any, requests: list[tuple[int, str, dict[str, Any]]]
+    ) -> list[Any]:
+        """One submission call: `job_submit` for one job; `jobs.submit_many` for a group (one
+        transaction; its rows are published after the commit in batch messages)."""
+        from jobs.services import job_submit, job_submit_many
+
+        if len(requests) == 1:
+            ((i, kind, payload),) = requests
+            return [
+                _retry_db(
+                    lambda: job_submit(
+                        kind=kind,
+                        input=payload,
+                        owner=owner,
+                        idempotency_key=f"chaos-{self.args.seed}-{i}",
+                    )
+                )
+            ]
+        # Plain requests (no idempotency key): a retry after a commit whose answer was lost
+        # may accept the group twice; the extra jobs are real work and are checked as such.
+        created = _retry_db(
+            lambda: job_submit_many(
+                [{"kind": kind, "input": payload, "owner": owner} for _, kind, payload in requests]
+            )
+        )
+        self.result.submitted_in_batches += len(created)
+        return created
+
     def submit_all(self, owner: Any) -> None:
         from jobs.exceptions import InvalidTransition
-        from jobs.services import job_cancel, job_submit
+        from jobs.services import job_cancel
 
         args = self.args
         kinds = [k for k, _ in KIND_MIX]
@@ -208,28 +305,23 @@ class Soak:
         began = time.monotonic()
         next_sample = began
         sleepers: list[str] = []
-        for n, (i, kind) in enumerate(plan):
+        for group in self.groups(len(plan)):
             # Pace submissions over the window, so faults hit a system under steady load.
-            due = began + submit_window * n / len(plan)
+            due = began + submit_window * group[0] / len(plan)
             while time.monotonic() < due:
                 time.sleep(min(0.05, max(0.0, due - time.monotonic())))
-            payload = job_input(self.rng, kind)
-            job = _retry_db(
-                lambda kind=kind, payload=payload, i=i: job_submit(
-                    kind=kind,
-                    input=payload,
-                    owner=owner,
-                    idempotency_key=f"chaos-{args.seed}-{i}",
-                )
-            )
-            self.accepted.add(str(job.pk))
-            if kind == "chaos.sleep":
-                sleepers.append(str(job.pk))
-            if sleepers and self.rng.random() < 0.02:
-                victim = self.rng.choice(sleepers[-10:])  # recent: likely not finished
-                with contextlib.suppress(InvalidTransition):
-                    _retry_db(lambda victim=victim: job_cancel(job_id=victim, actor="chaos"))
-                    self.result.cancels += 1
+            requests = [
+                (i, kind, job_input(self.rng, kind)) for i, kind in (plan[n] for n in group)
+            ]
+            for job in self.submit_group(owner, requests):
+                self.accepted.add(str(job.pk))
+                if job.kind == "chaos.sleep":
+                    sleepers.append(str(job.pk))
+                if sleepers and self.rng.random() < 0.02:
+                    victim = self.rng.choice(sleepers[-10:])  # recent: likely not finished
+                    with contextlib.suppress(InvalidTransition):
+                        _retry_db(lambda victim=victim: job_cancel(job_id=victim, actor="chaos"))
+                        self.result.cancels += 1
             if time.monotonic() >= next_sample:
                 self.sample()
                 next_sample = time.monotonic() + 1.0
@@ -357,6 +449,10 @@ class Soak:
         if not self.result.drained:
             report.violations.insert(0, f"did not drain within {self.args.drain_timeout:.0f}s")
         self.result.check = report.as_dict()
+        self.result.batches = {
+            "submitted_in_batches": self.result.submitted_in_batches,
+            **_retry_db(batch_stats),
+        }
 
 
 def _django_setup(*, database_url: str, broker_url: str) -> None:
@@ -387,6 +483,17 @@ def print_report(result: SoakResult) -> None:
         ("submission window (s)", result.submit_seconds),
         ("drain after last fault (s)", result.drain_seconds),
         ("cancel requests", result.cancels),
+        ("jobs submitted through submit_many", result.submitted_in_batches),
+        (
+            "batch messages claimed (recovered after a fault)",
+            f"{result.batches.get('batch_messages')} "
+            f"({result.batches.get('batch_messages_recovered')})",
+        ),
+        (
+            "jobs claimed in batches (recovered after a fault)",
+            f"{result.batches.get('batch_claims')} "
+            f"({result.batches.get('batch_claims_recovered')})",
+        ),
         ("reconciler", result.reconciler),
         (
             "claims (takeovers of expired leases)",

@@ -1,4 +1,5 @@
-"""CI's chaos soak: a few hundred jobs under every fault type, checked, in under 3 minutes."""
+"""CI's chaos soak: a few hundred jobs under every fault type, checked, in under 3 minutes;
+a share of them submitted through jobs.submit_many, so batch messages meet the faults too."""
 
 from __future__ import annotations
 
@@ -65,6 +66,10 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     )
     recovered = check["signals"]["expired_leases_total"] + check["takeovers"]
     assert recovered > 0, "no expired lease was recovered"
+    # A share went through jobs.submit_many: batch messages were claimed under the faults.
+    batches = report["batches"]
+    assert batches["submitted_in_batches"] > 0
+    assert batches["batch_messages"] > 0 and batches["batch_claims"] > batches["batch_messages"]
     by_kind = check["by_kind"]
     sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
     assert check["notices"] == sends, "one provider notice per succeeded sending job"
