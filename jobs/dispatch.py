@@ -49,16 +49,22 @@ def job_execute_message(
     (generation, kind, kind version); the database row stays the only truth."""
     job_id = job.job_id if isinstance(job, Lease) else job.pk
     spec = registry.kind_version(job.kind, job.kind_version)
+    kwargs: dict[str, Any] = {
+        "job_id": str(job_id),
+        "generation": job.generation,
+        "kind": job.kind,
+        "kind_version": job.kind_version,
+    }
+    if job.serialization_key:
+        # A keyed job is claimed alone (jobs_claim applies the key's order): the relay sends
+        # it alone too, so it never waits in a batch that cannot claim it. Only the fact,
+        # never the key, travels in the message.
+        kwargs["keyed"] = True
     return outbox_entry_new(
         task_name=EXECUTE_TASK,
         queue=spec.queue if spec else jobs_settings.QUEUE,
         job_id=job_id,
-        kwargs={
-            "job_id": str(job_id),
-            "generation": job.generation,
-            "kind": job.kind,
-            "kind_version": job.kind_version,
-        },
+        kwargs=kwargs,
         available_at=available_at,
         fast_path=fast_path,
     )
@@ -66,10 +72,11 @@ def job_execute_message(
 
 def batchable(kwargs: dict[str, Any]) -> bool:
     """May the relay put this `jobs.execute` message in a batch (outbox.batching)? Only for a
-    kind this process knows, that allows it (`@handler(batch=True)`, the default) and that
-    has no concurrency caps (a batch claim applies no caps; jobs.batch)."""
+    job without a serialization key, of a kind this process knows, that allows it
+    (`@handler(batch=True)`, the default) and that has no concurrency caps (a batch claim
+    applies neither keys nor caps; jobs.batch)."""
     kind, version = kwargs.get("kind"), kwargs.get("kind_version")
-    if not isinstance(kind, str) or not isinstance(version, int):
+    if kwargs.get("keyed") or not isinstance(kind, str) or not isinstance(version, int):
         return False
     spec = registry.kind_version(kind, version)
     return spec is not None and spec.batch and spec.tenant_limit is None and spec.kind_limit is None

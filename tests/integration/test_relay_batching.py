@@ -228,3 +228,32 @@ def test_jobs_a_batch_releases_in_its_group_commit__leave_packed_in_one_message(
     assert sorted(job_ids_of(messages[0])) == sorted(str(job.pk) for job in rest)
     released = OutboxEntry.objects.filter(job_id__in=[job.pk for job in rest]).order_by("-id")[:3]
     assert all(row.published_at is not None or row.reserved_until is not None for row in released)
+
+
+def test_keyed_jobs__travel_alone_and_their_message_names_no_key(
+    user: Any, broker: redis.Redis, relay_only: None
+) -> None:
+    """A job with a serialization key is claimed alone (jobs_claim applies the key's order),
+    so the relay never packs it; its message says it is keyed, never which key."""
+    plain = _submit(user, "batch.echo", 4)
+    keyed = job_submit_many(
+        [
+            {
+                "kind": "batch.echo",
+                "input": {"n": n},
+                "owner": user,
+                "serialization_key": f"doc:{n}",
+            }
+            for n in range(3)
+        ]
+    )
+
+    outbox_relay_batch()
+
+    messages = broker_messages(broker)
+    singles = {kwargs["job_id"]: kwargs for task, kwargs in messages if task == "jobs.execute"}
+    assert set(singles) == {str(job.pk) for job in keyed}
+    assert all(kwargs["keyed"] is True for kwargs in singles.values())
+    assert not any("doc:" in json.dumps(kwargs) for _, kwargs in messages)
+    packed = [job_id for m in messages if m[0] == "jobs.execute_many" for job_id in job_ids_of(m)]
+    assert sorted(packed) == sorted(str(job.pk) for job in plain)
