@@ -41,14 +41,16 @@ from outbox.failpoints import failpoint
 from outbox.services import outbox_publish_together
 
 from . import dispatch, lifecycle, prepared, registry, runtime
+from .claims import json_value, lease_from_row
 from .conf import jobs_settings
 from .context import JobContext
 from .exceptions import LeaseLost
 from .identity import lease_owner_token
-from .leases import BatchHeartbeat, Lease, Member, json_value, lease_from_row
+from .leases import BatchHeartbeat, Lease, Member
 from .logging import job_log_context
 from .models import Job
-from .runtime import ExecutionReport, Outcome, Verdict
+from .outcomes import Outcome
+from .runtime import ExecutionReport, Verdict
 from .signals import DUPLICATE_DELIVERIES, signal_increment
 from .states import ACTIVE
 

@@ -20,8 +20,6 @@ Zero rows: `LeaseLost`, rolled back and counted.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import os
@@ -31,15 +29,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import QuerySet
 
-from . import prepared, registry
-from .conf import jobs_settings
+from . import prepared
 from .exceptions import LeaseLost
 from .models import Job
 from .signals import STALE_WRITES_REJECTED, signal_increment
@@ -78,151 +74,6 @@ class Lease:
             "generation": self.generation,
             "worker": self.worker,
         }
-
-
-class ClaimStatus(StrEnum):
-    """What `jobs_claim` answered (jobs/sql/jobs_claim.sql; jobs_claim_many answers a subset)."""
-
-    CLAIMED = "claimed"
-    MISSING = "missing"
-    FINISHED = "finished"  # terminal or quarantined: a duplicate delivery
-    BUSY = "busy"  # a live lease elsewhere: a duplicate delivery
-    EARLY = "early"  # not due yet
-    WAITING = "waiting"  # not its turn (key, caps), a concurrent claimer, or out of budget
-    MISMATCH = "mismatch"  # the kind guessed by the caller was wrong
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The answer of one claim attempt; `lease` and `input` only when CLAIMED."""
-
-    status: ClaimStatus
-    job_id: UUID
-    kind: str | None = None
-    kind_version: int | None = None
-    lease: Lease | None = None
-    input: Any = None
-    cancel_requested: bool = False
-
-
-_CLAIM_SQL = (
-    "SELECT * FROM jobs_claim(%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::int, %s::int)"
-)
-
-
-def _claim_once(
-    job_id: UUID,
-    *,
-    worker: str,
-    kind: str | None,
-    kind_version: int | None,
-    lease_seconds: float | None,
-) -> Claim:
-    spec = registry.kind_version(kind, kind_version) if kind and kind_version else None
-    if lease_seconds is None:
-        lease_seconds = spec.lease_seconds if spec else jobs_settings.DEFAULT_LEASE_SECONDS
-    params = [
-        job_id,
-        kind,
-        kind_version,
-        worker,
-        lease_seconds,
-        spec.tenant_limit if spec else None,
-        spec.kind_limit if spec else None,
-    ]
-    # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
-    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    try:
-        with scope:
-            row = prepared.fetchone_named(_CLAIM_SQL, params)
-    except IntegrityError:
-        # jobs_job_one_leased_per_serialization_key: another job of the key holds it.
-        return Claim(ClaimStatus.WAITING, job_id, kind, kind_version)
-    if row is None:
-        raise RuntimeError("jobs_claim returned no row")
-    status = ClaimStatus(row["status"])
-    if status is not ClaimStatus.CLAIMED:
-        return Claim(status, job_id, row["kind"], row["kind_version"])
-    lease = lease_from_row(job_id, row, worker=worker, lease_seconds=lease_seconds, charged=True)
-    return Claim(
-        status,
-        job_id,
-        row["kind"],
-        row["kind_version"],
-        lease,
-        json_value(row["input"]),
-        bool(row["cancel_requested"]),
-    )
-
-
-def json_value(value: Any) -> Any:
-    """A jsonb column as Python (Django's backend hands jsonb over as text: Job.input has no
-    custom decoder)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def lease_from_row(
-    job_id: UUID, row: dict[str, Any], *, worker: str, lease_seconds: float, charged: bool
-) -> Lease:
-    """The Lease a claim function's row (jobs_claim, jobs_claim_many) describes, by name."""
-    return Lease(
-        job_id=job_id,
-        generation=row["generation"],
-        attempt=row["attempt"],
-        worker=worker,
-        lease_seconds=lease_seconds,
-        kind=row["kind"],
-        kind_version=row["kind_version"],
-        input_version=row["input_version"],
-        owner_id=row["owner_id"],
-        tenant_id=row["tenant_id"],
-        serialization_key=row.get("serialization_key"),
-        deadline=row["deadline"],
-        previous_state=row["previous_state"],
-        claimed_at=row["claimed_at"],
-        charged=charged,
-    )
-
-
-def job_claim_id(
-    job_id: UUID | str,
-    *,
-    worker: str,
-    kind: str | None = None,
-    kind_version: int | None = None,
-    lease_seconds: float | None = None,
-) -> Claim:
-    """Take the lease of a job by id: one round trip when the caller knows its kind.
-
-    A message carries the job's kind and version as a hint; without it (or when it is wrong)
-    the database answers MISMATCH with the real kind and the claim is made again with it. A
-    kind version this worker does not know is still claimed (with the default lease) so the
-    caller can give it back without spending an attempt. `lease_seconds` overrides the kind's.
-    """
-    job_id = job_id if isinstance(job_id, UUID) else UUID(str(job_id))
-    claim = _claim_once(
-        job_id, worker=worker, kind=kind, kind_version=kind_version, lease_seconds=lease_seconds
-    )
-    if claim.status is ClaimStatus.MISMATCH:
-        claim = _claim_once(
-            job_id,
-            worker=worker,
-            kind=claim.kind,
-            kind_version=claim.kind_version,
-            lease_seconds=lease_seconds,
-        )
-    return claim
-
-
-def job_claim(job: Job, *, worker: str, lease_seconds: float | None = None) -> Lease | None:
-    """Take the lease of `job`; None when it is not ours to run now."""
-    return job_claim_id(
-        job.pk,
-        worker=worker,
-        kind=job.kind,
-        kind_version=job.kind_version,
-        lease_seconds=lease_seconds,
-    ).lease
 
 
 def fenced(lease: Lease) -> QuerySet[Job]:

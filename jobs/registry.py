@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .leases import Lease
     from .models import Tenant
-    from .runtime import Outcome
+    from .outcomes import Outcome
 
 HandlerFn = Callable[["JobContext", dict[str, Any]], dict[str, Any]]
 

@@ -19,7 +19,6 @@ import random
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -29,11 +28,13 @@ from django.utils import timezone
 from outbox.failpoints import failpoint
 
 from . import lifecycle, registry, services
+from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
 from .identity import lease_owner_token
-from .leases import Claim, ClaimStatus, Heartbeat, Lease, job_claim_id
+from .leases import Heartbeat, Lease
 from .logging import job_log_context
+from .outcomes import Outcome
 from .retry import Action, Category, Decision, classify, decide, failure_summary
 from .signals import (
     DEFERRED_DELIVERIES,
@@ -47,18 +48,6 @@ logger = logging.getLogger(__name__)
 INCOMPATIBLE_RETRY_DELAY = 30.0
 TRACEBACK_CHARS = 8000  # the tail of a failure's traceback kept in its JobEvent
 _rng = random.SystemRandom()
-
-
-class Outcome(StrEnum):
-    SUCCEEDED = "succeeded"
-    RETRY_SCHEDULED = "retry_scheduled"
-    QUARANTINED = "quarantined"
-    CANCELLED = "cancelled"
-    DUPLICATE = "duplicate"  # finished already, or a live lease elsewhere
-    DEFERRED = "deferred"  # not its turn (serialization key, concurrency cap, not due)
-    MISSING = "missing"
-    INCOMPATIBLE = "incompatible"
-    STALE = "stale"  # our lease was taken over; our writes were rejected
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from jobs.context import JobContext
     from jobs.leases import Lease
+    from jobs.outcomes import Outcome
     from jobs.registry import HandlerFn
-    from jobs.runtime import Outcome
 
 
 def json_round_trip(value: Any) -> Any:
@@ -64,7 +64,7 @@ def task_handler(task: Task[Any, Any]) -> HandlerFn:
 
 def task_outcome_hook(task: Task[Any, Any]) -> Callable[[Lease, Outcome], None]:
     """Sends `task_finished` with the result as committed, when the outcome is final."""
-    from jobs.runtime import Outcome
+    from jobs.outcomes import Outcome
 
     final = {Outcome.SUCCEEDED, Outcome.QUARANTINED, Outcome.CANCELLED}
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import jobs
-from jobs.leases import job_claim
+from jobs.claims import job_claim
 from jobs.models import Job, QuarantineRecord
 from jobs.ops.workers import worker_heartbeat_record
 from jobs.runtime import Outcome, execute

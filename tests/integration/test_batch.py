@@ -16,7 +16,7 @@ from django.utils import timezone
 import jobs
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
 from jobs import batch, lifecycle, registry
-from jobs.leases import job_claim
+from jobs.claims import job_claim
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.runtime import ExecutionReport, Outcome

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 import jobs
+from jobs.claims import job_claim
 from jobs.exceptions import InvalidTransition
-from jobs.leases import job_claim
 from jobs.models import Job, JobEvent
 from jobs.reaper import jobs_reap
 from jobs.retry import Action, Category, Decision

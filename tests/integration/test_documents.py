@@ -12,8 +12,8 @@ import jobs
 from documents.kinds import index_terms
 from documents.models import Document, DocumentIndex, DocumentIndexLog, DocumentRevision
 from documents.services import document_create, document_index_publish_if_newer, document_revise
+from jobs.claims import job_claim
 from jobs.exceptions import Forbidden
-from jobs.leases import job_claim
 from jobs.models import EffectLedgerEntry, Job, QuarantineRecord, Tenant
 from jobs.runtime import Outcome
 from jobs.services import job_complete

@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 
 import jobs
+from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
-from jobs.leases import job_claim, lease_heartbeat
+from jobs.leases import lease_heartbeat
 from jobs.models import Job
 from jobs.runtime import worker_name
 from jobs.services import job_complete

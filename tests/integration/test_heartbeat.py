@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import jobs
-from jobs.leases import Heartbeat, job_claim
+from jobs.claims import job_claim
+from jobs.leases import Heartbeat
 from jobs.models import Job
 from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from tests.harness import wait_until

@@ -11,8 +11,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobs
+from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
-from jobs.leases import job_claim
 from jobs.models import Job
 from jobs.reaper import jobs_reap
 from jobs.runtime import Outcome, execute

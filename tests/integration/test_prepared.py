@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 import jobs
 from jobs import prepared
-from jobs.leases import job_claim_id
+from jobs.claims import job_claim_id
 from jobs.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,8 +14,9 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import services
+from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
-from jobs.leases import Lease, job_claim
+from jobs.leases import Lease
 from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.retry import backoff_ceiling

@@ -154,7 +154,7 @@ def test_lost_jobs_leave_capped_work_to_the_handover__kind_limit_full(
     user: Any, settings: Any
 ) -> None:
     import tests.kinds_ordering  # noqa: F401  (quota.work: kind_limit=2)
-    from jobs.leases import job_claim
+    from jobs.claims import job_claim
     from jobs.ops.reconcile import lost_job_ids
     from jobs.services import job_complete
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 import jobs
-from jobs.leases import job_claim
+from jobs.claims import job_claim
 from jobs.models import Job
 from jobs.services import job_cancel
 
