@@ -3,13 +3,17 @@
 -- left out of the answer; its siblings complete. Also charges the attempt (`attempt` is the
 -- number of the attempt that ran: equal to the row's after jobs_claim, one more after
 -- jobs_claim_many). Writes each job's `succeeded` JobEvent. Returns the ids completed.
--- The one spelling of a completion: the single path calls it with one job.
+-- The one spelling of a completion: the single path calls it with one job. As in
+-- jobs_claim_many, jobs_job is reached by primary key only (`id = ANY(p_ids)`, the state a
+-- parameter): no plan may prefer scanning the leased jobs' partial index.
 CREATE OR REPLACE FUNCTION jobs_complete_many(
     p_ids uuid[], p_generations bigint[], p_worker text, p_attempts int[], p_results jsonb[]
 ) RETURNS TABLE (id uuid) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
+DECLARE
+    leased_state CONSTANT text := 'leased';
 BEGIN
     RETURN QUERY
     WITH done AS (
@@ -23,8 +27,8 @@ BEGIN
             updated_at = now()
         FROM unnest(p_ids, p_generations, p_attempts, p_results)
              AS r(id, generation, attempt, result)
-        WHERE j.id = r.id AND j.generation = r.generation AND j.lease_owner = p_worker
-          AND j.state = 'leased'
+        WHERE j.id = r.id AND j.id = ANY(p_ids) AND j.generation = r.generation
+          AND j.lease_owner = p_worker AND j.state = leased_state
         RETURNING j.id, j.generation, j.attempt
     ),
     done_events AS (

@@ -16,8 +16,14 @@ pytestmark = pytest.mark.django_db
 _BODY = re.compile(r"\$\$(.*?)\$\$", re.S)
 _SET = re.compile(r"^SET\s+(\w+)\s*=\s*(\w+)\s*$", re.M)
 _COMMENT = re.compile(r"--[^\n]*")
-_STATE_LIST = re.compile(r"\bstate\s+IN\s*\(([^)]*)\)", re.I)
-_STATE_LITERAL = re.compile(r"\bstate\s*(?:=|<>|!=)\s*'([^']*)'", re.I)
+# `state IN ('a', 'b')`, and the state lists a function passes as parameters (a plan must not
+# prove a partial index from a literal list): `claimable_states CONSTANT text[] := ARRAY[...]`.
+_STATE_LIST = re.compile(
+    r"\bstate\s+IN\s*\(([^)]*)\)|_states\s+CONSTANT\s+text\[\]\s*:=\s*ARRAY\[([^\]]*)\]", re.I
+)
+_STATE_LITERAL = re.compile(
+    r"\bstate\s*(?:=|<>|!=)\s*'([^']*)'|_state\s+CONSTANT\s+text\s*:=\s*'([^']*)'", re.I
+)
 _QUOTED = re.compile(r"'([^']*)'")
 
 STATE_SETS = {
@@ -63,16 +69,20 @@ def drift(name: str, text: str | None = None) -> list[str]:
     return problems
 
 
+def _lists(code: str) -> list[str]:
+    return [a or b for a, b in _STATE_LIST.findall(code)]
+
+
 def state_problems(text: str) -> list[str]:
     """State lists and literals of `text` that are not a set (or a state) of jobs/states.py."""
     code = _COMMENT.sub("", text)
     problems = []
-    for listed in _STATE_LIST.findall(code):
+    for listed in _lists(code):
         states = set(_QUOTED.findall(listed))
         if states in STATE_SETS.values() or (len(states) == 1 and states <= STATES):
             continue
         problems.append(f"state IN ({listed.strip()})")
-    for literal in _STATE_LITERAL.findall(code):
+    for literal in (a or b for a, b in _STATE_LITERAL.findall(code)):
         if literal not in STATES:
             problems.append(f"state = '{literal}'")
     return problems
@@ -80,7 +90,7 @@ def state_problems(text: str) -> list[str]:
 
 def state_sets_used(text: str) -> set[str]:
     code = _COMMENT.sub("", text)
-    found = {frozenset(_QUOTED.findall(listed)) for listed in _STATE_LIST.findall(code)}
+    found = {frozenset(_QUOTED.findall(listed)) for listed in _lists(code)}
     return {name for name, states in STATE_SETS.items() if frozenset(states) in found}
 
 
@@ -146,6 +156,11 @@ def test_the_state_lists_are_found__and_a_wrong_one_is_reported() -> None:
     assert state_sets_used(sql_file("jobs_claim")) == {"FINISHED", "CLAIMABLE", "ACTIVE"}
     assert state_sets_used(sql_file("jobs_claim_many")) == {"FINISHED", "CLAIMABLE"}
     assert state_sets_used(sql_file("jobs_admission_lock")) == {"ACTIVE"}
+    assert state_problems(sql_file("jobs_complete_many")) == []
+    assert state_problems("leased_state CONSTANT text := 'lesaed';") == ["state = 'lesaed'"]
+    assert state_problems("x_states CONSTANT text[] := ARRAY['queued', 'leased'];") == [
+        "state IN ('queued', 'leased')"
+    ]
     wrong = "WHERE j.state IN ('queued', 'leased') AND e.state = 'running' AND x.state = 'leased'"
     assert state_problems(wrong) == ["state IN ('queued', 'leased')", "state = 'running'"]
     shortened = sql_file("jobs_claim").replace("'cancelled', 'quarantined'", "'cancelled'")
