@@ -75,13 +75,12 @@ def _measure(
 
 def scenario_calls(b: Any) -> dict[str, Any]:
     """Each of a durable job's database calls, `5 x --jobs` times, on a vacuumed database."""
-    from django.conf import settings
-
     import jobs
     from bench import scenarios
     from bench.infra import db_name, vacuum
     from jobs import services
-    from jobs.leases import job_claim_id
+    from jobs.claims import job_claim_id
+    from outbox.conf import outbox_settings
     from outbox.marks import outbox_mark_published
     from outbox.models import OutboxEntry
 
@@ -91,8 +90,8 @@ def scenario_calls(b: Any) -> dict[str, Any]:
     owner = scenarios.bench_owner()
     scenarios.close_driver_db()
     vacuum(main_db)
-    fast_path = settings.OUTBOX_FAST_PATH
-    settings.OUTBOX_FAST_PATH = False  # the accept alone: no publish, no mark
+    fast_path = outbox_settings.FAST_PATH
+    scenarios.set_fast_path(False)  # the accept alone: no publish, no mark
     try:
         for _ in range(20):  # warm: connection, compiled statements, plan caches
             jobs.submit(kind="noop", input={}, owner=owner)
@@ -101,7 +100,7 @@ def scenario_calls(b: Any) -> dict[str, Any]:
             "accept", lambda _: jobs.submit(kind="noop", input={}, owner=owner).pk, range(n)
         )
     finally:
-        settings.OUTBOX_FAST_PATH = fast_path
+        scenarios.set_fast_path(fast_path)
     rows = dict(OutboxEntry.objects.filter(job_id__in=ids).values_list("job_id", "id"))
     out["mark"], _ = _measure("mark", lambda job_id: outbox_mark_published([rows[job_id]]), ids)
     worker = f"bench-calls:{os.getpid()}"

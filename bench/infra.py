@@ -107,7 +107,8 @@ def settled_commits(name: str, *, timeout: float = 20.0) -> int:
 
 
 class RedisCounters:
-    """Commands processed and acks (HDEL on kombu's `unacked` hash) on the private Redis."""
+    """Commands processed, publishes (LPUSH) and acks (HDEL on kombu's `unacked` hash) on
+    the private Redis."""
 
     def __init__(self, port: int) -> None:
         self.client = redis.Redis(host="127.0.0.1", port=port)
@@ -121,6 +122,12 @@ class RedisCounters:
         self.info_calls += 1
         stats = self.client.info("commandstats")
         return int(stats.get("cmdstat_hdel", {}).get("calls", 0))
+
+    def publishes(self) -> int:
+        """Messages published so far: kombu's Redis transport LPUSHes each one."""
+        self.info_calls += 1
+        stats = self.client.info("commandstats")
+        return int(stats.get("cmdstat_lpush", {}).get("calls", 0))
 
     def flush(self) -> None:
         self.client.flushall()

@@ -1,12 +1,14 @@
 """`make bench`: every benchmark of durable-jobs, printed and written to docs/benchmarks.md.
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
-       python bench/run_all.py [--quick] [--only submit,relay,latency,e2e,cpu,calls,scale,serial]
-                               [--jobs N] [--rounds R] [--concurrency 1,2,4]
+       python bench/run_all.py [--quick] [--only submit,submitmany,relay,latency,e2e,cpu,
+                                                 calls,backlog,scale,serial]
+                               [--jobs N] [--backlog N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
-A full run (no --only, no --quick) rewrites docs/benchmarks.md; others print only unless
---write-docs. It uses its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a
-private redis-server started for the run.
+A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
+others print only (results in var/bench/last-partial.json) unless --write-docs. It uses
+its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
+started for the run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,18 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SCENARIOS = ["submit", "relay", "latency", "e2e", "cpu", "calls", "scale", "serial"]
+SCENARIOS = [
+    "submit",
+    "submitmany",
+    "relay",
+    "latency",
+    "e2e",
+    "cpu",
+    "calls",
+    "backlog",
+    "scale",
+    "serial",
+]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -34,6 +47,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, a couple of rounds")
     parser.add_argument("--only", default="", help=f"comma list of {','.join(SCENARIOS)}")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per round")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=None,
+        help="jobs of the backlog drain and of submit_many (10,000; --quick 1,000)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
     parser.add_argument("--concurrency", default=None, help="worker processes, e.g. 1,2,4")
     parser.add_argument(
@@ -57,14 +76,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
     args.selected = only or SCENARIOS
     args.jobs = args.jobs or (60 if args.quick else 200)
+    args.backlog = args.backlog or (1_000 if args.quick else 10_000)
     args.rounds = args.rounds or (2 if args.quick else 3)
     conc = args.concurrency or ("1,2" if args.quick else "1,2,4")
     try:
         args.concurrencies = [int(x) for x in conc.split(",") if x.strip()]
     except ValueError:
         parser.error(f"--concurrency must be integers like 1,2,4, not {conc!r}")
-    if args.jobs < 10 or args.rounds < 1 or not args.concurrencies:
-        parser.error("--jobs must be >= 10, --rounds >= 1, --concurrency non-empty")
+    if args.jobs < 10 or args.backlog < 100 or args.rounds < 1 or not args.concurrencies:
+        parser.error(
+            "--jobs must be >= 10, --backlog >= 100, --rounds >= 1, --concurrency non-empty"
+        )
     return args
 
 
@@ -116,6 +138,7 @@ def main(argv: list[str]) -> int:
             submitters=args.submitters,
             concurrencies=args.concurrencies,
             quick=args.quick,
+            backlog=args.backlog,
         )
         machine = machine_info()
         results: dict[str, Any] = {}
@@ -137,6 +160,10 @@ def main(argv: list[str]) -> int:
                     from bench.db_calls import scenario_calls
 
                     results[name] = scenario_calls(bench)
+                elif name in ("backlog", "submitmany"):
+                    from bench import backlog
+
+                    results[name] = getattr(backlog, f"scenario_{name}")(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals
@@ -151,6 +178,7 @@ def main(argv: list[str]) -> int:
         "command": "python bench/run_all.py " + shlex.join(argv),
         "args": {
             "jobs": args.jobs,
+            "backlog": args.backlog,
             "rounds": args.rounds,
             "concurrencies": args.concurrencies,
             "quick": args.quick,
@@ -163,11 +191,14 @@ def main(argv: list[str]) -> int:
     print(report.summary(results, targets))
     out_dir = ROOT / "var" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "last.json").write_text(
+    full = set(args.selected) == set(SCENARIOS) and not args.quick
+    writes_doc = args.write_docs or (full and not args.no_docs)
+    # last.json is what --render rewrites the doc from: only a run that wrote the doc
+    # replaces it; any other run keeps its results in last-partial.json.
+    (out_dir / ("last.json" if writes_doc else "last-partial.json")).write_text(
         json.dumps({"meta": meta, "results": results, "targets": targets}, indent=2)
     )
-    full = set(args.selected) == set(SCENARIOS) and not args.quick
-    if args.write_docs or (full and not args.no_docs):
+    if writes_doc:
         path = ROOT / "docs" / "benchmarks.md"
         path.write_text(report.markdown(meta, results, targets))
         print(f"wrote {path.relative_to(ROOT)}")

@@ -32,6 +32,7 @@ from bench.infra import (
     vacuum,
     wait_until,
 )
+from bench.pgcpu import PgCpuMeter, note_backend
 
 E2E_TIMEOUT = 180.0
 REUSE_BROKER_DB = 3  # the proposal's workers listen on their own Redis DB number
@@ -54,6 +55,8 @@ def submit_many(n: int, submit: Callable[[], Any], threads: int) -> None:
         except BaseException as exc:  # surfaced below: a failed submit fails the round
             errors.append(exc)
         finally:
+            if connection.connection is not None:
+                note_backend(connection.connection.info.backend_pid)
             connection.close()
 
     share = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
@@ -78,6 +81,7 @@ class Bench:
     submitters: int
     concurrencies: list[int]
     quick: bool
+    backlog: int = 10_000  # jobs of the backlog drain and of submit_many
     results: dict[str, Any] = field(default_factory=dict)
 
     def broker(self, db: int = 0) -> str:
@@ -97,6 +101,7 @@ def use_target(db: str, broker: str) -> None:
 
     from jobsite.celery import app
 
+    app.set_current()  # outbox.transport publishes through the current app: ours
     conn = connections["default"]
     conn.close()
     conn.settings_dict["NAME"] = db
@@ -107,6 +112,23 @@ def use_target(db: str, broker: str) -> None:
         app.conf.broker_url = broker
         app._pool = None
         app.amqp._producer_pool = None
+
+
+def set_setting(name: str, value: Any) -> None:
+    """Change a Django setting in this process, as override_settings does.
+
+    outbox_settings and jobs_settings cache each value until Django's `setting_changed` says
+    it moved: assigning settings.OUTBOX_FAST_PATH alone would change nothing."""
+    from django.conf import settings
+    from django.core.signals import setting_changed
+
+    setattr(settings, name, value)
+    setting_changed.send(sender=type(settings), setting=name, value=value, enter=True)
+
+
+def set_fast_path(on: bool) -> None:
+    """Turn the outbox fast path on or off in this process."""
+    set_setting("OUTBOX_FAST_PATH", on)
 
 
 def close_driver_db() -> None:
@@ -159,6 +181,8 @@ class Round:
     jobs: int
     seconds: float
     broker_commands: int = 0
+    pg_ms: float = float("nan")  # CPU of the contender's database backends (bench/pgcpu.py)
+    messages: int = 0  # broker messages that carried the jobs
 
     @property
     def throughput(self) -> float:
@@ -166,21 +190,27 @@ class Round:
 
 
 def broker_round(b: Bench, name: str, n: int, submit: Callable[[], Any]) -> Round:
-    """Submit n messages and stop the clock when the broker saw n more acks."""
+    """Submit n jobs and stop the clock when the broker acked every message they made.
+
+    Durable submits from concurrent threads may share messages (the fast path packs rows
+    committed while a publish is in flight: outbox/fastpath.py), so the messages to wait
+    for are the publishes (LPUSH) seen once every submit returned, not n."""
     info_before = b.counters.info_calls
     commands_before = b.counters.commands()
     acks_before = b.counters.acks()
+    published_before = b.counters.publishes()
     started = time.perf_counter()
     submit_many(n, submit, b.submitters)
+    messages = b.counters.publishes() - published_before
     done = poll(
-        lambda: b.counters.acks() - acks_before >= n,
+        lambda: b.counters.acks() - acks_before >= messages,
         timeout=E2E_TIMEOUT,
         interval=0.005,
-        what=f"{n} acks of {name}",
+        what=f"{messages} acks of {name} ({n} jobs)",
     )
     polls = b.counters.info_calls - info_before
     commands = b.counters.commands() - commands_before - polls
-    return Round(name, n, done - started, commands)
+    return Round(name, n, done - started, commands, messages=messages)
 
 
 class ProcrastinateDriver:
@@ -260,8 +290,6 @@ def procrastinate_worker(b: Bench, db: str, concurrency: int) -> Proc:
 
 def scenario_submit(b: Bench) -> dict[str, Any]:
     """jobs.submit (fast path on and off) vs a bare task.delay(), interleaved, no workers."""
-    from django.conf import settings
-
     import outbox.relay as relay
 
     main = db_name("main")
@@ -278,7 +306,7 @@ def scenario_submit(b: Bench) -> dict[str, Any]:
 
     def durable(fast: bool) -> Callable[[], Any]:
         def call() -> Any:
-            settings.OUTBOX_FAST_PATH = fast
+            set_fast_path(fast)
             return durable_submit(owner)
 
         return call
@@ -310,7 +338,7 @@ def scenario_submit(b: Bench) -> dict[str, Any]:
                 latencies[name].append(lat)
     finally:
         relay.outbox_publish_after_commit = real_publish  # type: ignore[assignment]
-        settings.OUTBOX_FAST_PATH = True
+        set_fast_path(True)
     _drain_unpublished(b)
     out: dict[str, Any] = {"jobs_per_round": n, "rounds": b.rounds}
     for name in contenders:
@@ -342,8 +370,7 @@ def _drain_unpublished(b: Bench) -> None:
 
 def scenario_relay(b: Bench) -> dict[str, Any]:
     """outbox_relay_batch rows/s on a backlog (fast path off); the fast path per row."""
-    from django.conf import settings
-
+    from outbox.conf import outbox_settings
     from outbox.relay import outbox_relay_batch
 
     main = db_name("main")
@@ -351,7 +378,7 @@ def scenario_relay(b: Bench) -> dict[str, Any]:
     owner = bench_owner()
     backlog = b.jobs * 2
     rates = []
-    settings.OUTBOX_FAST_PATH = False
+    set_fast_path(False)
     try:
         for _ in range(b.rounds):
             for _ in range(backlog):
@@ -366,10 +393,10 @@ def scenario_relay(b: Bench) -> dict[str, Any]:
             rates.append(published / (time.perf_counter() - started))
             b.counters.flush()
     finally:
-        settings.OUTBOX_FAST_PATH = True
+        set_fast_path(True)
     return {
         "backlog_rows": backlog,
-        "batch_size": settings.OUTBOX_RELAY_BATCH_SIZE,
+        "batch_size": outbox_settings.RELAY_BATCH_SIZE,
         "rows_per_s": median(rates),
         "rounds": rates,
     }
@@ -384,8 +411,6 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     with_reuse adds a third mode: the fast path with bench/reuse_app.py's worker (its own
     database and Redis DB number).
     """
-    from django.conf import settings
-
     main = db_name("main")
     rdb = db_name("reuse")
     interval = 1.0
@@ -410,8 +435,10 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     per_round = 30 if b.quick else 50
     rng = random.Random(6)
     samples: dict[str, dict[str, list[float]]] = {
-        mode: {"start": [], "publish": []} for mode in targets
+        mode: {"start": [], "publish": [], "submit_call": [], "return_to_start": []}
+        for mode in targets
     }
+    batched = dict.fromkeys(targets, 0)  # jobs claimed by a batch message, not jobs.execute
     conns = {db: pg_connect(db) for db, _ in targets.values()}
     try:
         for r in range(b.rounds):
@@ -421,10 +448,12 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
                 db, broker_db = targets[mode]
                 conn = conns[db]
                 use_target(db, b.broker(broker_db))
-                settings.OUTBOX_FAST_PATH = mode != "relay_only"
+                set_fast_path(mode != "relay_only")
                 ids = []
+                returned: dict[str, float] = {}  # when jobs.submit returned (epoch)
                 for _ in range(per_round):
                     ids.append(durable_submit(owners[mode]))
+                    returned[ids[-1]] = time.time()
                     # Paced well below the workers' capacity: latency, not queueing.
                     time.sleep(rng.uniform(0.08, 0.16))
 
@@ -438,21 +467,32 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
 
                 wait_until(started_all, timeout=120, interval=0.1, what=f"{mode} jobs to run")
                 start_rows = conn.execute(
-                    "SELECT extract(epoch FROM min(e.at) - j.created_at) FROM jobs_job j "
+                    "SELECT extract(epoch FROM min(e.at) - j.created_at), j.id::text, "
+                    "extract(epoch FROM j.created_at), extract(epoch FROM min(e.at)) "
+                    "FROM jobs_job j "
                     "JOIN jobs_jobevent e ON e.job_id = j.id AND e.to_state = 'leased' "
                     "WHERE j.id = ANY(%s::uuid[]) GROUP BY j.id, j.created_at",
                     [ids],
                 ).fetchall()
+                for _, job_id, created, leased in start_rows:
+                    samples[mode]["submit_call"].append(returned[job_id] - float(created))
+                    samples[mode]["return_to_start"].append(float(leased) - returned[job_id])
                 publish_rows = conn.execute(
                     "SELECT extract(epoch FROM min(published_at - created_at)) "
                     "FROM outbox_outboxentry WHERE job_id = ANY(%s::uuid[]) "
                     "AND task_name = 'jobs.execute' GROUP BY job_id",
                     [ids],
                 ).fetchall()
+                row = conn.execute(
+                    "SELECT count(*) FROM jobs_jobevent WHERE job_id = ANY(%s::uuid[]) "
+                    "AND reason = 'claimed in a batch'",
+                    [ids],
+                ).fetchone()
+                batched[mode] += int(row[0]) if row else 0
                 samples[mode]["start"] += [float(x[0]) for x in start_rows]
                 samples[mode]["publish"] += [float(x[0]) for x in publish_rows]
     finally:
-        settings.OUTBOX_FAST_PATH = True
+        set_fast_path(True)
         for c in conns.values():
             c.close()
         for p in procs:
@@ -469,6 +509,13 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
             "accept_to_start_p99_ms": pct(data["start"], 99) * 1000,
             "commit_to_publish_p50_ms": pct(data["publish"], 50) * 1000,
             "commit_to_publish_p99_ms": pct(data["publish"], 99) * 1000,
+            "batched_jobs": batched[mode],
+            # accept -> start = the submit call (created_at -> jobs.submit returned: insert,
+            # commit, fast-path publish) + the delivery (returned -> the worker's claim)
+            "submit_call_p50_ms": pct(data["submit_call"], 50) * 1000,
+            "submit_call_p99_ms": pct(data["submit_call"], 99) * 1000,
+            "return_to_start_p50_ms": pct(data["return_to_start"], 50) * 1000,
+            "return_to_start_p99_ms": pct(data["return_to_start"], 99) * 1000,
         }
     return out
 
@@ -539,6 +586,8 @@ def scenario_e2e(
             contenders["procrastinate"] = lambda n, p=proc: p.round(n, b.submitters)
         done_jobs = {k: 0 for k in contenders}
         rounds: dict[str, list[Round]] = {k: [] for k in contenders}
+        metered = {"durable": [main], "durable_reuse": [rdb], "procrastinate": [pdb]}
+        not_jobs = {proc.conn.info.backend_pid} if proc else set()  # our count(*) polls
         try:
             for name, run in contenders.items():
                 run(warm)
@@ -547,7 +596,12 @@ def scenario_e2e(
                 order = list(contenders)
                 order = order[r % len(order) :] + order[: r % len(order)]
                 for name in order:
+                    meter = None
+                    if name in metered:
+                        meter = PgCpuMeter(metered[name], exclude=not_jobs).start()
                     result = contenders[name](b.jobs)
+                    if meter is not None:
+                        result.pg_ms = meter.stop()
                     rounds[name].append(result)
                     done_jobs[name] += b.jobs
                     log(f"    {name:14s} {result.throughput:8.1f} jobs/s")
@@ -568,6 +622,11 @@ def scenario_e2e(
                 entry[name]["broker_commands_per_job"] = median(
                     [x.broker_commands / x.jobs for x in rs]
                 )
+                entry[name]["jobs_per_message"] = median([x.jobs / x.messages for x in rs])
+            if name in metered:
+                pg = median([x.pg_ms / x.jobs for x in rs])
+                entry[name]["postgres_ms_per_job"] = pg
+                entry[name]["jobs_per_pg_core_s"] = 1000 / pg if pg else float("nan")
         entry["durable"]["db_commits_per_job"] = commits_main / done_jobs["durable"]
         if with_reuse:
             commits_reuse = settled_commits(rdb) - base_reuse
@@ -758,4 +817,8 @@ def scenario_serial(b: Bench) -> dict[str, Any]:
                 for a, z in zip(rounds["many_keys"], rounds["no_keys"], strict=True)
             ]
         ),
+        # > 1: the fast path packed concurrent submits into batch messages (outbox/fastpath.py)
+        "jobs_per_message": {
+            name: median([x.jobs / x.messages for x in rs]) for name, rs in rounds.items()
+        },
     }
