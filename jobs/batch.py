@@ -3,9 +3,10 @@
 A batch message carries several jobs (the relay packs them under backlog; jobs.dispatch
 says which kinds may share one). For one message:
   1. Claim every plain job with ONE statement (database function jobs_claim_many): a lease,
-     generation + 1 and a `leased` event each; no attempt is charged yet. Jobs that need the
-     full rules (a serialization key, caps, an expired lease, a kind this worker lacks) are
-     left for step 5. Finished jobs are duplicate deliveries.
+     generation + 1 and a `leased` event each; no attempt is charged yet. A keyed job is
+     plain when it is the head of its key (no older active job of the key, none leased).
+     Jobs that need the full rules (not a key's head, caps, an expired lease, a kind this
+     worker lacks) are left for step 5. Finished jobs are duplicate deliveries.
   2. One heartbeat keeps every lease of the batch alive (one statement per beat) until the
      group commit; a lease found gone marks only its own job's context lost.
   3. Run the handlers one after the other, each with its own JobContext (fence, effects,
@@ -14,7 +15,8 @@ says which kinds may share one). For one message:
      work much longer than one handler's run past its budget.
   4. Group commit: one transaction holds every outcome. Plain successes go in ONE fenced
      statement (jobs_complete_many), which also charges their attempt; every other exit
-     (retry, quarantine, cancel, release, local effects) is one savepoint each, so one job's
+     (retry, quarantine, cancel, release, local effects, a keyed success that hands its key
+     over to the next job) is one savepoint each, so one job's
      lost lease rolls back that job's writes only. Then the task returns and Celery acks
      the message (acks_late): never before every outcome it carries committed.
   5. The jobs left aside run through the one-job path (jobs.runtime), each claimed, run and
@@ -29,13 +31,14 @@ own attempts and no sibling's. A kill after 4 redelivers a message whose jobs ar
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 
 from outbox.failpoints import failpoint
 from outbox.services import outbox_publish_together
@@ -84,13 +87,10 @@ def _plain_spec(item: dict[str, Any]) -> registry.KindSpec | None:
     return spec
 
 
-def claim_many(
+def _claim_rows(
     items: list[tuple[UUID, registry.KindSpec]], *, worker: str
-) -> tuple[list[Claimed], list[UUID], list[UUID]]:
-    """Step 1: (claimed jobs, duplicates, jobs for the one-job path), in one statement."""
-    if not items:
-        return [], [], []
-    rows = prepared.fetchall(
+) -> list[dict[str, Any]]:
+    return prepared.fetchall(
         _CLAIM_MANY_SQL,
         [
             [job_id for job_id, _ in items],
@@ -101,6 +101,24 @@ def claim_many(
             worker,
         ],
     )
+
+
+def claim_many(
+    items: list[tuple[UUID, registry.KindSpec]], *, worker: str
+) -> tuple[list[Claimed], list[UUID], list[UUID]]:
+    """Step 1: (claimed jobs, duplicates, jobs for the one-job path), in one statement."""
+    if not items:
+        return [], [], []
+    # A key's head claimed here while another job of the key got leased meanwhile breaks
+    # jobs_job_one_leased_per_serialization_key: the statement claims nothing, and every
+    # job goes to the one-job path, which answers that race job by job.
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    try:
+        with scope:
+            rows = _claim_rows(items, worker=worker)
+    except IntegrityError:
+        logger.info("batch claim refused by a serialization key; claiming one by one")
+        return [], [], [job_id for job_id, _ in items]
     specs = dict(items)
     claimed: list[Claimed] = []
     duplicates: list[UUID] = []
@@ -161,7 +179,16 @@ def run_claimed(jobs: list[Claimed]) -> None:
 
 def group_commit(jobs: list[Claimed]) -> None:
     """Step 4: every outcome in one transaction; a lost lease fails only its own job."""
-    plain = [j for j in jobs if j.verdict and j.verdict.completion and not j.verdict.local_effects]
+    # Plain: nothing to commit beside the job's row and event. A keyed job's completion also
+    # hands its key over to the next job (jobs.lifecycle.job_complete): a savepoint of its own.
+    plain = [
+        j
+        for j in jobs
+        if j.verdict
+        and j.verdict.completion
+        and not j.verdict.local_effects
+        and j.lease.serialization_key is None
+    ]
     in_plain = {id(j) for j in plain}
     # Retries and releases scheduled here leave in batch messages after the commit.
     with outbox_publish_together(), transaction.atomic():

@@ -55,11 +55,6 @@ def job_execute_message(
         "kind": job.kind,
         "kind_version": job.kind_version,
     }
-    if job.serialization_key:
-        # A keyed job is claimed alone (jobs_claim applies the key's order): the relay sends
-        # it alone too, so it never waits in a batch that cannot claim it. Only the fact,
-        # never the key, travels in the message.
-        kwargs["keyed"] = True
     return outbox_entry_new(
         task_name=EXECUTE_TASK,
         queue=spec.queue if spec else jobs_settings.QUEUE,
@@ -72,11 +67,11 @@ def job_execute_message(
 
 def batchable(kwargs: dict[str, Any]) -> bool:
     """May the relay put this `jobs.execute` message in a batch (outbox.batching)? Only for a
-    job without a serialization key, of a kind this process knows, that allows it
-    (`@handler(batch=True)`, the default) and that has no concurrency caps (a batch claim
-    applies neither keys nor caps; jobs.batch)."""
+    kind this process knows, that allows it (`@handler(batch=True)`, the default) and that has
+    no concurrency caps (a batch claim applies no caps; jobs.batch). A keyed job may share a
+    message: the batch claim takes the head of a key and leaves the others to jobs_claim."""
     kind, version = kwargs.get("kind"), kwargs.get("kind_version")
-    if kwargs.get("keyed") or not isinstance(kind, str) or not isinstance(version, int):
+    if not isinstance(kind, str) or not isinstance(version, int):
         return False
     spec = registry.kind_version(kind, version)
     return spec is not None and spec.batch and spec.tenant_limit is None and spec.kind_limit is None

@@ -1,7 +1,7 @@
 -- jobs_claim_many: the batch claim. One statement leases every job of a batch message that
 -- needs no rule beyond "due and waiting": claimable (queued or retry_wait) and due, of the
--- kind and version the message names, no serialization key, and not back from an expired
--- lease. Everything else answers 'other' and goes through jobs_claim one at a time, which
+-- kind and version the message names, the head of its serialization key if it has one (no
+-- older active job of the key, none of it leased), and not back from an expired lease. Everything else answers 'other' and goes through jobs_claim one at a time, which
 -- applies the full rules (keys, caps, takeover of an expired lease, a kind mismatch).
 --
 -- The attempt is NOT charged here: generation + 1 (the fence) and the lease only. The
@@ -34,6 +34,7 @@ CREATE OR REPLACE FUNCTION jobs_claim_many(
     input_version int,
     owner_id int,
     tenant_id bigint,
+    serialization_key text,
     deadline timestamptz,
     cancel_requested boolean,
     previous_state text,
@@ -60,7 +61,15 @@ BEGIN
           AND j.state = ANY(claimable_states)
           AND j.next_attempt_at <= clock_timestamp()
           AND j.kind = r.kind AND j.kind_version = r.kind_version
-          AND j.serialization_key IS NULL
+          AND (
+            j.serialization_key IS NULL OR NOT EXISTS (
+              -- Literal states here: this lookup should use the key's partial index.
+              SELECT 1 FROM jobs_job e
+              WHERE e.serialization_key = j.serialization_key
+                AND e.state IN ('queued', 'leased', 'retry_wait')
+                AND (e.state = 'leased' OR (e.created_at, e.id) < (j.created_at, j.id))
+            )
+          )
           AND j.error_category <> 'lease_expired'
         ORDER BY j.id
         FOR UPDATE OF j SKIP LOCKED
@@ -77,7 +86,7 @@ BEGIN
         FROM target t
         WHERE j.id = t.id AND j.id = ANY(p_ids)
         RETURNING j.id, j.generation, j.attempt + 1 AS attempt, j.kind, j.kind_version, j.input,
-                  j.input_version, j.owner_id, j.tenant_id, j.deadline,
+                  j.input_version, j.owner_id, j.tenant_id, j.serialization_key, j.deadline,
                   j.cancel_requested_at IS NOT NULL AS cancel_requested, t.previous_state
     ),
     claim_events AS (
@@ -96,7 +105,7 @@ BEGIN
         END::text,
         c.generation, c.attempt, COALESCE(c.kind, cur.kind)::text,
         COALESCE(c.kind_version, cur.kind_version), c.input, c.input_version, c.owner_id,
-        c.tenant_id, c.deadline, c.cancel_requested, c.previous_state::text,
+        c.tenant_id, c.serialization_key::text, c.deadline, c.cancel_requested, c.previous_state::text,
         CASE WHEN c.id IS NOT NULL THEN now() END
     FROM req r
     LEFT JOIN claimed c ON c.id = r.id

@@ -66,6 +66,10 @@ def _deliver(*batch_jobs: Job) -> dict[str, Outcome]:
     return _outcomes(reports)
 
 
+def _deliver_items(items: list[dict[str, Any]]) -> dict[str, Outcome]:
+    return _outcomes(batch.execute_many(items))
+
+
 def _outcomes(reports: list[ExecutionReport]) -> dict[str, Outcome]:
     outcomes = {report.job_id: report.outcome for report in reports}
     assert len(outcomes) == len(reports), "one report per job"
@@ -275,11 +279,10 @@ def test_failures_in_a_batch__retry_charged_once_quarantine_recorded__siblings_s
 def test_jobs_needing_the_full_rules__take_the_one_job_path_charged_at_claim(
     user: Any, calls_file: str
 ) -> None:
-    """A serialization key, caps, a lease given back by the reaper (lease_expired) and a
-    wrong kind hint: claimed by jobs_claim one at a time (attempt charged there); the plain
-    sibling is still batch-claimed."""
+    """Caps, a lease given back by the reaper (lease_expired) and a wrong kind hint: claimed
+    by jobs_claim one at a time (attempt charged there); the plain sibling is still
+    batch-claimed. (A keyed job that is not its key's head: the next test.)"""
     plain = _submit(user, n=0)
-    keyed = jobs.submit(kind="batch.echo", input={"n": 1}, owner=user, serialization_key="doc:1")
     capped = _submit(user, "batch.capped", n=2)
     mismatched = _submit(user, "batch.local", n=4)
     expired = _submit(user, n=3)
@@ -295,18 +298,58 @@ def test_jobs_needing_the_full_rules__take_the_one_job_path_charged_at_claim(
     wait_until(lambda: _due(expired), timeout=10, what="the reaped job to be due")
     wrong_hint = {**_item(mismatched), "kind": "batch.echo", "kind_version": 1}
 
-    reports = batch.execute_many(
-        [_item(plain), _item(keyed), _item(capped), _item(expired), wrong_hint]
-    )
+    reports = batch.execute_many([_item(plain), _item(capped), _item(expired), wrong_hint])
 
     assert set(_outcomes(reports).values()) == {Outcome.SUCCEEDED}
     assert _claims(plain) == [BATCH_CLAIM]
-    for job in (keyed, capped, expired, mismatched):
+    for job in (capped, expired, mismatched):
         done = _job(job)
         assert (done.state, done.attempt) == ("succeeded", 1), job.kind
         assert _claims(job)[-1] == ONE_CLAIM
         assert _trail(job)[-1][:3] == ("succeeded", "completed", 1)
         assert _runs(calls_file, job) == 1
+
+
+def test_keyed_jobs__the_head_of_a_key_is_batch_claimed_and_hands_its_key_over(
+    user: Any, calls_file: str
+) -> None:
+    """Two keys, two jobs each. The heads share a batch claim with a plain job; their
+    completion hands each key to its next job (a new outbox row, in the group commit). A
+    next job delivered in the same message is not its key's head when the batch claims: it
+    is set aside for the one-job path, which runs after the group commit, when its head has
+    finished, so it runs then, alone, in order; its hand-over message is a duplicate."""
+    plain = _submit(user, n=0)
+    heads = [
+        jobs.submit(kind="batch.echo", input={"n": n}, owner=user, serialization_key=f"doc:{n}")
+        for n in (1, 2)
+    ]
+    nexts = [
+        jobs.submit(kind="batch.echo", input={"n": n}, owner=user, serialization_key=f"doc:{n}")
+        for n in (1, 2)
+    ]
+    assert not OutboxEntry.objects.filter(job_id__in=[j.pk for j in nexts]).exists()
+    early = {"job_id": str(nexts[0].pk), "generation": 0, "kind": "batch.echo", "kind_version": 1}
+
+    outcomes = _deliver_items([_item(plain), _item(heads[0]), _item(heads[1]), early])
+
+    assert outcomes[str(plain.pk)] == Outcome.SUCCEEDED
+    for head in heads:
+        assert outcomes[str(head.pk)] == Outcome.SUCCEEDED
+        assert _claims(head) == [BATCH_CLAIM]
+        assert (_job(head).state, _job(head).attempt) == ("succeeded", 1)
+    assert outcomes[str(nexts[0].pk)] == Outcome.SUCCEEDED
+    assert _claims(nexts[0]) == [ONE_CLAIM]
+    first_done = _job(heads[0]).finished_at
+    assert first_done is not None and _job(nexts[0]).started_at > first_done  # in key order
+    for nxt in nexts:  # handed over: each next job has its message now
+        assert OutboxEntry.objects.filter(job_id=nxt.pk).count() == 1
+
+    second = _deliver(*nexts)
+
+    assert second == {str(nexts[0].pk): Outcome.DUPLICATE, str(nexts[1].pk): Outcome.SUCCEEDED}
+    assert _claims(nexts[1]) == [BATCH_CLAIM]
+    for nxt in nexts:
+        assert _runs(calls_file, nxt) == 1
 
 
 def test_the_same_batch_message_twice__the_second_is_a_duplicate_with_no_new_effects(
@@ -529,14 +572,11 @@ def test_a_local_effect_failing_in_the_group_commit__fails_that_job_alone(
 def test_jobs_set_aside_once_the_budget_is_spent__get_a_message_again_not_a_run(
     user: Any, calls_file: str, settings: Any
 ) -> None:
-    """A slow job spends the budget; the set-aside jobs (here: a serialization key each, so
-    the one-job path) are not run past it: each gets a new outbox row, then runs later."""
+    """A slow job spends the budget; the set-aside jobs (here: a kind with caps, so the
+    one-job path) are not run past it: each gets a new outbox row, then runs later."""
     settings.JOBS_BATCH_BUDGET_SECONDS = 0.3
     slow = _submit(user, n=0, sleep=0.6)
-    keyed = [
-        jobs.submit(kind="batch.echo", input={"n": n}, owner=user, serialization_key=f"k{n}")
-        for n in (1, 2)
-    ]
+    keyed = [_submit(user, "batch.capped", n=n) for n in (1, 2)]
     before = {job.pk: OutboxEntry.objects.filter(job_id=job.pk).count() for job in keyed}
 
     outcomes = _deliver(slow, *keyed)

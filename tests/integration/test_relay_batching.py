@@ -230,11 +230,11 @@ def test_jobs_a_batch_releases_in_its_group_commit__leave_packed_in_one_message(
     assert all(row.published_at is not None or row.reserved_until is not None for row in released)
 
 
-def test_keyed_jobs__travel_alone_and_their_message_names_no_key(
+def test_keyed_jobs__may_share_a_message_which_never_names_the_key(
     user: Any, broker: redis.Redis, relay_only: None
 ) -> None:
-    """A job with a serialization key is claimed alone (jobs_claim applies the key's order),
-    so the relay never packs it; its message says it is keyed, never which key."""
+    """The heads of several keys are packed like any job (the batch claim takes a key's
+    head); the message carries ids and hints only, never the key."""
     plain = _submit(user, "batch.echo", 4)
     keyed = job_submit_many(
         [
@@ -251,9 +251,6 @@ def test_keyed_jobs__travel_alone_and_their_message_names_no_key(
     outbox_relay_batch()
 
     messages = broker_messages(broker)
-    singles = {kwargs["job_id"]: kwargs for task, kwargs in messages if task == "jobs.execute"}
-    assert set(singles) == {str(job.pk) for job in keyed}
-    assert all(kwargs["keyed"] is True for kwargs in singles.values())
+    assert [task for task, _ in messages] == ["jobs.execute_many"]
+    assert sorted(job_ids_of(messages[0])) == sorted(str(j.pk) for j in plain + keyed)
     assert not any("doc:" in json.dumps(kwargs) for _, kwargs in messages)
-    packed = [job_id for m in messages if m[0] == "jobs.execute_many" for job_id in job_ids_of(m)]
-    assert sorted(packed) == sorted(str(job.pk) for job in plain)
