@@ -595,3 +595,80 @@ def test_jobs_set_aside_once_the_budget_is_spent__get_a_message_again_not_a_run(
     for job in keyed:
         assert (_job(job).state, _job(job).attempt) == ("succeeded", 1)
         assert _runs(calls_file, job) == 1
+
+
+def test_a_key_leased_concurrently_during_the_batch_claim__the_message_falls_back_to_one_by_one(
+    user: Any, calls_file: str
+) -> None:
+    """The batch claim's snapshot shows `head` as its key's head, but another transaction is
+    leasing a sibling of the key: the unique index (one leased job per key) refuses the
+    batch statement once that transaction commits. Nothing is lost: the batch claims
+    nothing and every job of the message goes to the one-job path, which claims the plain
+    job and leaves `head` waiting (its key is held)."""
+    import threading
+
+    from django.db import connections
+
+    plain = _submit(user, n=0)
+    head = jobs.submit(kind="batch.echo", input={"n": 1}, owner=user, serialization_key="doc:r")
+    sibling = jobs.submit(kind="batch.echo", input={"n": 2}, owner=user, serialization_key="doc:r")
+    items = [_item(plain), _item(head)]
+    leased = threading.Event()
+    commit = threading.Event()
+
+    def lease_the_sibling() -> None:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute(
+                    "UPDATE jobs_job SET state = 'leased', generation = generation + 1, "
+                    "lease_owner = 'other:1:1', lease_until = now() + interval '1 minute' "
+                    "WHERE id = %s",
+                    [sibling.pk],
+                )
+                leased.set()
+                assert commit.wait(30)
+                cursor.execute("COMMIT")
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=lease_the_sibling)
+    thread.start()
+    assert leased.wait(30)
+
+    def commit_once_the_claim_waits() -> None:
+        """The batch claim waits on the uncommitted sibling in the unique index: seen in
+        pg_stat_activity, then the other transaction commits."""
+        watcher = connections.create_connection("default")
+        try:
+            wait_until(lambda: _claim_waiting_on_a_lock(watcher), timeout=30, what="the claim")
+        finally:
+            watcher.close()
+            commit.set()
+
+    watch = threading.Thread(target=commit_once_the_claim_waits)
+    watch.start()
+    try:
+        outcomes = _deliver_items(items)
+    finally:
+        watch.join(30)
+        commit.set()
+        thread.join(30)
+
+    assert outcomes[str(plain.pk)] == Outcome.SUCCEEDED
+    assert _claims(plain) == [ONE_CLAIM]  # claimed one by one after the refusal
+    assert outcomes[str(head.pk)] == Outcome.DEFERRED
+    assert (_job(head).state, _job(head).generation, _runs(calls_file, head)) == ("queued", 0, 0)
+    assert _job(sibling).state == "leased"
+
+
+def _claim_waiting_on_a_lock(conn: Any) -> bool:
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE %s AND pid <> pg_backend_pid()",
+            ["%jobs_claim_many%"],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
