@@ -65,7 +65,8 @@ def check_worker_settings(delivery: WorkerDelivery) -> None:
     if limit and window is not None and limit >= window * SAFETY_MARGIN:
         problems.append(
             f"task_time_limit={limit:g}s is not comfortably below the broker's redelivery "
-            f"window ({window:g}s); keep it under {window * SAFETY_MARGIN:.0f}s"
+            f"window ({window:g}s); keep it under {window * SAFETY_MARGIN:.0f}s (the limit of "
+            f"jobs.execute_many counts: JOBS_TASK_TIME_LIMIT + JOBS_BATCH_BUDGET_SECONDS)"
         )
     if problems:
         raise UnsafeWorkerSettings("refusing to start: " + "; ".join(problems))

@@ -20,7 +20,9 @@ def test_worker_with_time_limit_above_visibility_timeout__refuses_to_start(
     assert worker.popen.returncode != 0
     log = worker.log()
     assert "refusing to start" in log
-    assert "task_time_limit=4000s is not comfortably below" in log
+    # The larger of the two tasks' limits: jobs.execute_many adds the batch budget (5 s).
+    assert "task_time_limit=4005s is not comfortably below" in log
+    assert "JOBS_TASK_TIME_LIMIT + JOBS_BATCH_BUDGET_SECONDS" in log
     assert "ready." not in log
 
 
