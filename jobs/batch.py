@@ -75,18 +75,6 @@ class Claimed:
     verdict: Verdict | None = None
 
 
-def _plain_spec(item: dict[str, Any]) -> registry.KindSpec | None:
-    """The kind of an item the batch claim may take: known here, batchable and without caps
-    (the publisher's registry may disagree with ours during a deploy: ours decides)."""
-    kind, version = item.get("kind"), item.get("kind_version")
-    if not kind or not version:
-        return None
-    spec = registry.kind_version(kind, int(version))
-    if spec is None or not dispatch.batchable(item):
-        return None
-    return spec
-
-
 def _claim_rows(
     items: list[tuple[UUID, registry.KindSpec]], *, worker: str
 ) -> list[dict[str, Any]]:
@@ -244,13 +232,13 @@ def execute_many(
     started = time.monotonic()
     plain: list[tuple[UUID, registry.KindSpec]] = []
     aside: list[dict[str, Any]] = []
-    seen: set[UUID] = set()
+    hints: dict[UUID, dict[str, Any]] = {}
     for item in items:
         job_id = _job_id(item)
-        if job_id is None or job_id in seen:
+        if job_id is None or job_id in hints:
             continue  # the same job twice in one message: one delivery
-        seen.add(job_id)
-        spec = _plain_spec(item)
+        hints[job_id] = item
+        spec = dispatch.batch_spec(item)
         if spec is None:
             aside.append(item)
         else:
@@ -258,7 +246,6 @@ def execute_many(
     claimed, duplicates, others = runtime.claim_reconnecting(
         lambda: claim_many(plain, worker=owner)
     )
-    hints = {_job_id(item): item for item in items}
     aside.extend(hints[job_id] for job_id in others)
     reports = [ExecutionReport(Outcome.DUPLICATE, str(job_id)) for job_id in duplicates]
     if duplicates:

@@ -65,16 +65,25 @@ def job_execute_message(
     )
 
 
-def batchable(kwargs: dict[str, Any]) -> bool:
-    """May the relay put this `jobs.execute` message in a batch (outbox.batching)? Only for a
-    kind this process knows, that allows it (`@handler(batch=True)`, the default) and that has
-    no concurrency caps (a batch claim applies no caps; jobs.batch). A keyed job may share a
-    message: the batch claim takes the head of a key and leaves the others to jobs_claim."""
+def batch_spec(kwargs: dict[str, Any]) -> registry.KindSpec | None:
+    """The kind of a `jobs.execute` message that may share a batch, else None: a kind this
+    process knows, that allows it (`@handler(batch=True)`, the default) and that has no
+    concurrency caps (a batch claim applies no caps; jobs.batch). A keyed job may share a
+    message: the batch claim takes the head of a key and leaves the others to jobs_claim.
+    The relay asks when it packs; the worker asks again (during a deploy the publisher's
+    registry may disagree with the worker's: the worker's decides)."""
     kind, version = kwargs.get("kind"), kwargs.get("kind_version")
     if not isinstance(kind, str) or not isinstance(version, int):
-        return False
+        return None
     spec = registry.kind_version(kind, version)
-    return spec is not None and spec.batch and spec.tenant_limit is None and spec.kind_limit is None
+    if spec is None or not spec.batch or spec.tenant_limit is not None:
+        return None
+    return spec if spec.kind_limit is None else None
+
+
+def batchable(kwargs: dict[str, Any]) -> bool:
+    """The relay's batch rule for `jobs.execute` (outbox.batching): see `batch_spec`."""
+    return batch_spec(kwargs) is not None
 
 
 def job_enqueue_execute(
