@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Iterable
@@ -333,31 +334,14 @@ def job_submit(
     return job
 
 
-# What a submit_many request may name (job_submit's keywords).
-_SUBMIT_FIELDS = frozenset(
-    {
-        "kind",
-        "input",
-        "owner",
-        "tenant",
-        "business_key",
-        "input_version",
-        "idempotency_key",
-        "serialization_key",
-        "input_ref",
-        "replay_of",
-        "run_after",
-    }
-)
+# What a submit_many request may name, and the defaults of what it leaves out: job_submit's
+# keywords, read from its signature so the two never drift apart.
+_SUBMIT_PARAMETERS = inspect.signature(job_submit).parameters
+_SUBMIT_FIELDS = frozenset(_SUBMIT_PARAMETERS)
 _PLAIN_DEFAULTS: dict[str, Any] = {
-    "tenant": None,
-    "business_key": None,
-    "input_version": 1,
-    "idempotency_key": None,
-    "serialization_key": None,
-    "input_ref": None,
-    "replay_of": None,
-    "run_after": None,
+    name: parameter.default
+    for name, parameter in _SUBMIT_PARAMETERS.items()
+    if parameter.default is not inspect.Parameter.empty
 }
 
 
