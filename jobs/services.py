@@ -17,6 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from outbox.fastpath import writing
 from outbox.models import OutboxEntry
 from outbox.services import outbox_after_commit, outbox_after_commit_many
 
@@ -244,6 +245,7 @@ def _job_new(
     return NewJob(spec, job, accepted, due if due > now else None, keys)
 
 
+@writing()  # company for the fast path's publisher: rows of concurrent submits share messages
 def job_submit(
     *,
     kind: str,
@@ -345,6 +347,7 @@ _PLAIN_DEFAULTS: dict[str, Any] = {
 }
 
 
+@writing()
 def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     """Accept many jobs in ONE transaction (the caller's, if any): all or none.
 

@@ -51,4 +51,13 @@ def outbox_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="outbox.E004",
             )
         )
+    if outbox_settings.LINGER_SECONDS * 10 > outbox_settings.RESERVATION_SECONDS:
+        errors.append(
+            Error(
+                f"OUTBOX_LINGER_SECONDS ({outbox_settings.LINGER_SECONDS:g}s) must stay far "
+                f"below OUTBOX_RESERVATION_SECONDS ({outbox_settings.RESERVATION_SECONDS:g}s): "
+                "at most a tenth of it, or lingering rows are published twice.",
+                id="outbox.E005",
+            )
+        )
     return errors

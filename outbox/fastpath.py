@@ -1,63 +1,155 @@
-"""The fast path's publish: alone, inline; with company, one publisher packs for everyone.
+"""The fast path's publish: alone, inline; with company, one background publisher packs.
 
-After a commit, the submitting thread publishes its own rows at once (no waiting, so an
-idle system's accept -> start latency is one broker round trip). When other threads of the
-process commit while a publish is in flight, they do not publish beside it: they leave
-their rows with it and return, and the thread in flight (the leader) publishes everything
-left with it in one more call, packed into batch messages where a rule allows
-(outbox.batching). That is group commit (PostgreSQL's commit_delay, Kafka's linger.ms)
-without the wait: batching happens only while there is company.
+After a commit, a thread that is alone publishes its own rows at once, in its own thread (no
+waiting, no hand-off: an idle system's accept -> start latency is one broker round trip).
 
-A leader publishes at most MAX_ROUNDS rounds beyond its own, then gives up leadership with
-the rows left in hand published in one last round: no thread serves the others for long, and
-no row is left behind without a publisher. A process that dies with rows in hand loses only
-the publish: the rows are reserved, and the relay publishes them when the reservation lapses
-(the crash window `submit.after_commit_before_publish`). A forked child starts empty.
+A thread has company when another thread of the process is writing rows that will be
+published (inside `writing()`: `jobs.submit` is), or a publish is in flight, or rows already
+wait. Then it does not publish: it leaves its rows with the process's publisher thread and
+returns. The publisher lingers while there is company, until the writers have committed, or
+`OUTBOX_BATCH_MAX` rows wait, or the oldest row has waited `OUTBOX_LINGER_SECONDS`, and then
+publishes everything in hand with one call, packed into batch messages where a rule allows
+(outbox.batching). That is PostgreSQL's group commit (`commit_delay` with `commit_siblings`)
+and Kafka's `linger.ms`, applied to publishing: batching waits only while there is company,
+never when alone.
+
+A process that dies with rows in hand loses only the publish: the rows are reserved, and the
+relay publishes them when the reservation lapses (the crash window
+`submit.after_commit_before_publish`). A process that exits normally publishes what it holds
+first (atexit). A forked child starts empty.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
+from .conf import outbox_settings
 from .models import OutboxEntry
 
 logger = logging.getLogger(__name__)
 
-MAX_ROUNDS = 16
+IDLE_EXIT_SECONDS = 10.0  # the publisher thread ends (and closes its connection) when idle
 
 Publish = Callable[[list[OutboxEntry]], None]
+F = TypeVar("F", bound=Callable[..., Any])
+
+_local = threading.local()  # .depth: how deep this thread is in writing() blocks
 
 
-class _Combiner:
+class _Publisher:
+    """One process's rows in hand and the thread that publishes them with company."""
+
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.leading = False
-        self.pending: list[OutboxEntry] = []
+        self.cond = threading.Condition()
+        self.writers = 0  # threads inside writing()
+        self.in_flight = 0  # publish calls running (inline or the publisher's)
+        self.pending: dict[Publish, list[OutboxEntry]] = {}
+        self.count = 0  # rows in pending
+        self.oldest = 0.0  # monotonic time the oldest pending row arrived
+        self.hurry = 0  # flush() calls waiting: publish now, no lingering
+        self.thread: threading.Thread | None = None
+
+    # -- writers ------------------------------------------------------------------------------
+
+    def enter(self) -> None:
+        with self.cond:
+            self.writers += 1
+
+    def leave(self) -> None:
+        with self.cond:
+            self.writers -= 1
+            if self.writers == 0 and self.count:
+                self.cond.notify_all()  # the company left: publish what waits
+
+    # -- rows ---------------------------------------------------------------------------------
 
     def submit(self, rows: list[OutboxEntry], publish: Publish) -> None:
-        with self.lock:
-            if self.leading:
-                self.pending.extend(rows)  # the leader publishes them with its next round
+        mine = 1 if getattr(_local, "depth", 0) else 0
+        with self.cond:
+            alone = not self.count and not self.in_flight and self.writers - mine == 0
+            if alone:
+                self.in_flight += 1
+            else:
+                if not self.count:
+                    self.oldest = time.monotonic()
+                self.pending.setdefault(publish, []).extend(rows)
+                self.count += len(rows)
+                self._ensure_thread()
+                self.cond.notify_all()
                 return
-            self.leading = True
-        batch = rows
-        rounds = 0
-        while True:
-            _publish_logged(publish, batch)
-            with self.lock:
-                batch, self.pending = self.pending, []
-                rounds += 1
-                last = not batch or rounds > MAX_ROUNDS
-                if last:
-                    self.leading = False
-            if last:
-                if batch:  # the last rows in hand; new arrivals find a new leader
-                    _publish_logged(publish, batch)
-                return
+        try:
+            _publish_logged(publish, rows)
+        finally:
+            with self.cond:
+                self.in_flight -= 1
+                if self.count:
+                    self.cond.notify_all()
+
+    def _ensure_thread(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="outbox-publisher", daemon=True)
+            self.thread.start()
+
+    def _due(self) -> float:
+        """Seconds the rows in hand may still wait; <= 0: publish them now."""
+        if self.hurry or self.writers == 0 or self.count >= outbox_settings.BATCH_MAX:
+            return 0.0
+        return self.oldest + outbox_settings.LINGER_SECONDS - time.monotonic()
+
+    def _take(self) -> dict[Publish, list[OutboxEntry]] | None:
+        """Wait for rows and for their time; None after IDLE_EXIT_SECONDS without rows."""
+        with self.cond:
+            while True:
+                if not self.count:
+                    if not self.cond.wait(IDLE_EXIT_SECONDS) and not self.count:
+                        self.thread = None
+                        return None
+                    continue
+                left = self._due()
+                if left <= 0:
+                    taken, self.pending, self.count = self.pending, {}, 0
+                    self.in_flight += 1
+                    return taken
+                self.cond.wait(left)
+
+    def _run(self) -> None:
+        try:
+            while (taken := self._take()) is not None:
+                try:
+                    for publish, rows in taken.items():
+                        _publish_logged(publish, rows)
+                finally:
+                    with self.cond:
+                        self.in_flight -= 1
+                        self.cond.notify_all()
+        finally:
+            _close_db_connection()
+
+    def flush(self, timeout: float) -> bool:
+        """Publish the rows in hand now; True once none is left and no publish is in flight."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            self.hurry += 1
+            self.cond.notify_all()
+            try:
+                while self.count or self.in_flight:
+                    if self.count and (self.thread is None or not self.thread.is_alive()):
+                        self._ensure_thread()
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.cond.wait(left)
+                return True
+            finally:
+                self.hurry -= 1
 
 
 def _publish_logged(publish: Publish, rows: list[OutboxEntry]) -> None:
@@ -69,15 +161,24 @@ def _publish_logged(publish: Publish, rows: list[OutboxEntry]) -> None:
         logger.exception("outbox fast path failed; the relay will publish", extra={"n": len(rows)})
 
 
+def _close_db_connection() -> None:
+    try:
+        from django.db import connection
+
+        connection.close()
+    except Exception:  # pragma: no cover - best effort on a thread's way out
+        logger.debug("outbox publisher: closing its connection failed", exc_info=True)
+
+
 _lock = threading.Lock()
-_current: _Combiner | None = None
+_current: _Publisher | None = None
 
 
-def _combiner() -> _Combiner:
+def _publisher() -> _Publisher:
     global _current
     with _lock:
         if _current is None or _current.pid != os.getpid():
-            _current = _Combiner()
+            _current = _Publisher()
         return _current
 
 
@@ -85,11 +186,54 @@ def _after_fork_in_child() -> None:
     global _current, _lock
     _lock = threading.Lock()
     _current = None
+    _local.__dict__.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class writing:
+    """Mark this thread as writing rows the fast path will publish (company for the others).
+
+    A context manager, and a decorator: `jobs.submit` and `jobs.submit_many` are wrapped.
+    Nested blocks count once.
+    """
+
+    def __enter__(self) -> None:
+        depth = getattr(_local, "depth", 0)
+        _local.depth = depth + 1
+        if depth == 0:
+            _publisher().enter()
+
+    def __exit__(self, *exc: object) -> None:
+        _local.depth -= 1
+        if _local.depth == 0:
+            _publisher().leave()
+
+    def __call__(self, fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
 def publish_combined(rows: list[OutboxEntry], publish: Publish) -> None:
-    """Publish `rows` now, or leave them with the publish in flight (module docstring)."""
-    _combiner().submit(rows, publish)
+    """Publish `rows` now, or leave them with the process's publisher (module docstring)."""
+    _publisher().submit(rows, publish)
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Publish the rows this process holds now, without lingering; wait until they are out.
+
+    True when nothing is left in hand. For a clean shutdown (registered with atexit), tests
+    and benchmarks; a row never flushed is published by the relay once its reservation lapses.
+    """
+    current = _current
+    if current is None or current.pid != os.getpid():
+        return True
+    return current.flush(timeout)
+
+
+atexit.register(flush)

@@ -146,7 +146,8 @@ def outbox_relay_until_empty(*, time_budget: float = 5.0) -> RelayResult:
 
 def outbox_publish_after_commit(rows: list[OutboxEntry]) -> None:
     """Fast path: publish rows this process reserved and just committed, from memory; when
-    another thread of the process is publishing, leave them with it (outbox.fastpath).
+    other threads of the process are submitting or publishing, leave them with the process's
+    publisher, which packs them (outbox.fastpath).
 
     Never raises: the transaction already committed, so the caller's answer stands; a row
     that fails here is published by the relay when its reservation lapses. Published rows

@@ -91,6 +91,15 @@ def test_mark_interval_near_the_reservation__is_a_system_check_error(settings: A
     assert [e.id for e in outbox_checks()] == ["outbox.E004"]
 
 
+def test_linger_near_the_reservation__is_a_system_check_error(settings: Any) -> None:
+    from outbox.checks import outbox_checks
+
+    settings.OUTBOX_LINGER_SECONDS = 4
+    settings.OUTBOX_RESERVATION_SECONDS = 30
+
+    assert [e.id for e in outbox_checks()] == ["outbox.E005"]
+
+
 def test_example_project_env_bridge__parses_by_the_defaults_type() -> None:
     found = library_settings_from_env(
         {
