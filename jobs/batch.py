@@ -14,11 +14,13 @@ says which kinds may share one). For one message:
      released (retry_wait, due now, attempt not charged) instead of run: a batch never holds
      work much longer than one handler's run past its budget.
   4. Group commit: one transaction holds every outcome. Plain successes go in ONE fenced
-     statement (jobs_complete_many), which also charges their attempt; every other exit
-     (retry, quarantine, cancel, release, local effects, a keyed success that hands its key
-     over to the next job) is one savepoint each, so one job's
-     lost lease rolls back that job's writes only. Then the task returns and Celery acks
-     the message (acks_late): never before every outcome it carries committed.
+     statement (jobs_complete_many), which also charges their attempt; with keyed ones
+     among them, the same statement also takes their keys' locks and finds each key's next
+     head (jobs_complete_many_hand_over), whose messages go in one INSERT. Every other exit
+     (retry, quarantine, cancel, release, local effects, a success with caps to hand over)
+     is one savepoint each, so one job's lost lease rolls back that job's writes only.
+     Then the task returns and Celery acks the message (acks_late): never before every
+     outcome it carries committed.
   5. The jobs left aside run through the one-job path (jobs.runtime), each claimed, run and
      committed on its own, before the message is acked; once the budget is spent, each of
      them gets a message of its own instead (`send_again`).
@@ -165,20 +167,21 @@ def run_claimed(jobs: list[Claimed]) -> None:
         heartbeat.stop()
 
 
+def _in_one_statement(job: Claimed) -> bool:
+    """A success with nothing to commit beside its row, its event and, for a keyed job,
+    its key's hand-over (no local effect, no cap to hand over)."""
+    verdict, lease = job.verdict, job.lease
+    if not verdict or not verdict.completion or verdict.local_effects:
+        return False
+    return lease.serialization_key is None or dispatch.key_only_handoff(lease) is not None
+
+
 def group_commit(jobs: list[Claimed]) -> None:
     """Step 4: every outcome in one transaction; a lost lease fails only its own job."""
-    # Plain: nothing to commit beside the job's row and event. A keyed job's completion also
-    # hands its key over to the next job (jobs.lifecycle.job_complete): a savepoint of its own.
-    plain = [
-        j
-        for j in jobs
-        if j.verdict
-        and j.verdict.completion
-        and not j.verdict.local_effects
-        and j.lease.serialization_key is None
-    ]
+    plain = [j for j in jobs if _in_one_statement(j)]
     in_plain = {id(j) for j in plain}
-    # Retries and releases scheduled here leave in batch messages after the commit.
+    keyed = any(j.lease.serialization_key is not None for j in plain)
+    # Retries, releases and next heads scheduled here leave in batch messages after the commit.
     with outbox_publish_together(), transaction.atomic():
         for job in jobs:
             verdict = job.verdict
@@ -187,7 +190,10 @@ def group_commit(jobs: list[Claimed]) -> None:
             if not _commit_one(job, verdict):
                 job.verdict = Verdict(Outcome.STALE)
         completions = [j.verdict.completion for j in plain if j.verdict and j.verdict.completion]
-        applied = lifecycle.complete_many(completions)
+        if keyed:
+            applied = lifecycle.complete_many_handing_over(completions)
+        else:
+            applied = lifecycle.complete_many(completions)
     for job in plain:
         if job.lease.job_id not in applied:
             job.verdict = Verdict(Outcome.STALE)

@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from outbox.models import OutboxEntry
-from outbox.services import outbox_entry_new, outbox_save
+from outbox.services import outbox_after_commit_many, outbox_entry_new, outbox_save
 
 from . import prepared, registry
 from .conf import jobs_settings
@@ -105,12 +105,17 @@ def admission_lock_keys(
 ) -> list[str]:
     keys = []
     if serialization_key:
-        keys.append(f"jobs.serial:{serialization_key}")
+        keys.append(serial_lock_key(serialization_key))
     if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
         keys.append(f"jobs.tenant_kind:{tenant_id}:{kind}")
     if spec is not None and spec.kind_limit is not None:
         keys.append(f"jobs.kind:{kind}")
     return sorted(keys)
+
+
+def serial_lock_key(serialization_key: str) -> str:
+    """The advisory lock of a serialization key (admission_lock_keys)."""
+    return f"jobs.serial:{serialization_key}"
 
 
 def admission_lock(
@@ -122,26 +127,29 @@ def admission_lock(
     created_at, kind, kind_version, generation, next_attempt_at."""
     if not keys:
         return None
-    row = prepared.fetchone(
+    return head_of(_admission_lock_row(keys, serialization_key, exclude))
+
+
+def _admission_lock_row(
+    keys: list[str], serialization_key: str | None, exclude: UUID | None
+) -> tuple[Any, ...] | None:
+    return prepared.fetchone(
         "SELECT * FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid)",
         [keys, serialization_key, exclude],
     )
-    return head_of(row)
+
+
+# The head's fields, in the order of jobs_admission_lock's columns (and, prefixed with
+# `next_`, of jobs_complete_many_hand_over's).
+HEAD_FIELDS = ("id", "state", "created_at", "kind", "kind_version", "generation", "next_attempt_at")
+_HEAD_CREATED_AT = HEAD_FIELDS.index("created_at")
 
 
 def head_of(row: Sequence[Any] | None) -> Job | None:
     """The head row of jobs_admission_lock as an unsaved-looking, read-only Job."""
     if row is None or row[0] is None:
         return None
-    head = Job(
-        id=row[0],
-        state=row[1],
-        created_at=row[2],
-        kind=row[3],
-        kind_version=row[4],
-        generation=row[5],
-        next_attempt_at=row[6],
-    )
+    head = Job(**dict(zip(HEAD_FIELDS, row, strict=True)))
     head._state.adding = False
     return head
 
@@ -158,9 +166,13 @@ def admission_open(job: Job, spec: registry.KindSpec) -> bool:
     )
     if not keys:
         return True
-    head = admission_lock(keys, serialization_key=job.serialization_key, exclude=job.pk)
-    if head is not None and head.created_at <= (job.created_at or timezone.now()):
+    # The head's created_at only: no Job built on this hot path.
+    head = _admission_lock_row(keys, job.serialization_key, job.pk)
+    created = _HEAD_CREATED_AT
+    if head and head[0] is not None and head[created] <= (job.created_at or timezone.now()):
         return False
+    if spec.tenant_limit is None and spec.kind_limit is None:
+        return True
     others = _others(job.pk)
     if spec.tenant_limit is not None and job.tenant_id is not None:
         busy = others.filter(tenant_id=job.tenant_id, kind=job.kind, state__in=_WAITING_OR_LEASED)
@@ -247,3 +259,31 @@ def hand_over(
             continue
         seen.add(nxt.pk)
         job_enqueue_execute(nxt, available_at=nxt.next_attempt_at)
+
+
+def key_only_handoff(lease: Lease) -> str | None:
+    """The key's lock when a success of `lease` hands over its serialization key and no
+    other rule (no caps): the hand-over jobs_complete_many_hand_over does. Else None."""
+    if lease.serialization_key is None:
+        return None
+    _, keys = handoff_keys(
+        kind=lease.kind,
+        kind_version=lease.kind_version,
+        tenant_id=lease.tenant_id,
+        serialization_key=lease.serialization_key,
+    )
+    key = serial_lock_key(lease.serialization_key)
+    return key if keys == [key] else None
+
+
+def next_heads_enqueue(heads: Sequence[Job | None]) -> None:
+    """With their keys' locks held: a message for each next head not leased (a leased one
+    runs already), all rows in one INSERT; published after the commit (the fast path)."""
+    messages = [
+        job_execute_message(head, available_at=head.next_attempt_at)
+        for head in heads
+        if head is not None and head.state != JobState.LEASED.value
+    ]
+    if messages:
+        OutboxEntry.objects.bulk_create(messages)
+        outbox_after_commit_many(messages)

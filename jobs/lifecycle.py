@@ -57,6 +57,14 @@ _COMPLETE_AND_LOCK_SQL = (
 )
 
 
+# Keyed completions of a group commit: completion, key locks and next heads in one call
+# (jobs/sql/jobs_complete_many_hand_over.sql).
+_COMPLETE_MANY_HAND_OVER_SQL = (
+    "SELECT * FROM jobs_complete_many_hand_over("
+    "%s::uuid[], %s::bigint[], %s::text, %s::int[], %s::jsonb[], %s::text[])"
+)
+
+
 @dataclass(frozen=True)
 class Completion:
     """A finished handler's result, waiting for its (group) commit."""
@@ -104,6 +112,36 @@ def complete_many(completions: list[Completion]) -> set[UUID]:
     if not completions:
         return set()
     rows = prepared.fetchall(_COMPLETE_MANY_SQL, _complete_params(completions))
+    return {row["id"] for row in rows}
+
+
+def serial_lock_key(lease: Lease) -> str | None:
+    """The lock a success of `lease` hands over in `complete_many_handing_over`: its key's
+    (None: unkeyed). A keyed job with caps hands over through `job_complete`: ValueError."""
+    if lease.serialization_key is None:
+        return None
+    key = dispatch.key_only_handoff(lease)
+    if key is None:
+        raise ValueError(f"{lease.kind}: a success with caps hands over through job_complete")
+    return key
+
+
+def complete_many_handing_over(completions: list[Completion]) -> set[UUID]:
+    """`complete_many` for jobs some of which hold a serialization key (none with caps:
+    `serial_lock_key`): in the caller's transaction, one statement completes them all, takes
+    the completed keys' locks and finds each key's next head; each head not leased gets its
+    message (one INSERT for all). Returns the ids completed."""
+    if not completions:
+        return set()
+    if not connection.in_atomic_block:
+        raise RuntimeError("a keyed group completion runs inside the group commit's transaction")
+    rows = prepared.fetchall(
+        _COMPLETE_MANY_HAND_OVER_SQL,
+        [*_complete_params(completions), [serial_lock_key(c.lease) for c in completions]],
+    )
+    dispatch.next_heads_enqueue(
+        [dispatch.head_of([row[f"next_{name}"] for name in dispatch.HEAD_FIELDS]) for row in rows]
+    )
     return {row["id"] for row in rows}
 
 

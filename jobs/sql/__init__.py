@@ -21,6 +21,7 @@ FUNCTIONS = (
     "jobs_claim_lock_keys",
     "jobs_claim_many",
     "jobs_complete_many",
+    "jobs_complete_many_hand_over",
 )
 
 
