@@ -123,7 +123,7 @@ class OutboxSettings(AppSettings):
             30.0, "How long a reserved row stays off other relays.", positive=True
         ),
         "MARK_INTERVAL": Setting(
-            0.05,
+            0.25,
             "The fast path marks what it published in batches this often (0: at once). "
             "Must stay far below OUTBOX_RESERVATION_SECONDS.",
             minimum=0,

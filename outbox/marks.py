@@ -5,7 +5,7 @@ again once the row's reservation lapses. The mark has no other job, and no deadl
 lapse (`OUTBOX_RESERVATION_SECONDS`, default 30 s). So a submitting process does not pay a
 round trip and a commit per job for it: `mark_later(ids)` queues the ids, and one thread per
 process marks everything queued with one call of `outbox_mark_published` every
-`OUTBOX_MARK_INTERVAL` seconds (default 0.05). `OUTBOX_MARK_INTERVAL = 0` marks at once,
+`OUTBOX_MARK_INTERVAL` seconds (default 0.25). `OUTBOX_MARK_INTERVAL = 0` marks at once,
 in the caller's thread, as the relay's own sweep always does.
 
 A process that dies with ids queued loses those marks: the relay publishes the rows again

@@ -26,6 +26,10 @@ def main() -> int:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                # Django's advice: a session already in UTC skips a SET per new connection.
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} SET timezone = 'UTC'").format(sql.Identifier(name))
+                )
                 print(f"created database {name}")
     except psycopg.OperationalError as exc:
         print(f"error: cannot reach PostgreSQL for {url}: {exc}", file=sys.stderr)
