@@ -18,10 +18,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from outbox.fastpath import writing
-from outbox.models import OutboxEntry
-from outbox.services import outbox_after_commit, outbox_after_commit_many
+from outbox.services import outbox_after_commit
 
-from . import dispatch, registry
+from . import bulk, dispatch, registry
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
@@ -174,7 +173,7 @@ class NewJob:
     keys: list[str]  # admission locks to take (serialization key, caps)
 
 
-def _job_new(
+def _job_check(
     *,
     kind: str,
     input: dict[str, Any],
@@ -182,13 +181,10 @@ def _job_new(
     tenant: Tenant | None,
     business_key: str | None,
     input_version: int,
-    idempotency_key: str | None,
     serialization_key: str | None,
     input_ref: StoredObject | None,
-    replay_of: Job | None,
-    run_after: datetime | None,
-) -> NewJob:
-    """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
+) -> tuple[registry.KindSpec, str]:
+    """Check a submission (size, schema, tenant of referenced rows): its kind and fingerprint."""
     spec = registry.kind_latest(kind)
     encoded = _canonical(input)
     if len(encoded.encode()) > jobs_settings.MAX_INPUT_BYTES:
@@ -208,6 +204,34 @@ def _job_new(
         serialization_key=serialization_key,
         input_ref=input_ref.pk if input_ref else None,
         tenant_id=tenant.pk if tenant else None,
+    )
+    return spec, fingerprint
+
+
+def _job_new(
+    *,
+    kind: str,
+    input: dict[str, Any],
+    owner: User,
+    tenant: Tenant | None,
+    business_key: str | None,
+    input_version: int,
+    idempotency_key: str | None,
+    serialization_key: str | None,
+    input_ref: StoredObject | None,
+    replay_of: Job | None,
+    run_after: datetime | None,
+) -> NewJob:
+    """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
+    spec, fingerprint = _job_check(
+        kind=kind,
+        input=input,
+        owner=owner,
+        tenant=tenant,
+        business_key=business_key,
+        input_version=input_version,
+        serialization_key=serialization_key,
+        input_ref=input_ref,
     )
     now = timezone.now()
     due = max(now, run_after) if run_after is not None else now
@@ -353,7 +377,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
 
     Each request holds `job_submit`'s keywords. Plain requests (no idempotency key, business
     key or serialization key, and a kind without caps) are written with one INSERT per table
-    (jobs, events, outbox rows) and published after the commit in batch messages
+    (jobs, events, outbox rows; jobs.bulk) and published after the commit in batch messages
     (outbox.batching). Any other request goes through `job_submit` inside the same
     transaction, with its replay and admission rules. Jobs come back in request order. A
     plain request is checked before anything is written, a keyed one inside the transaction;
@@ -361,7 +385,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     idempotency key) raises and the whole call writes nothing.
     """
     requests = list(requests)
-    plain: list[tuple[int, NewJob]] = []
+    plain: list[tuple[int, bulk.PlainSubmit]] = []
     rest: list[tuple[int, dict[str, Any]]] = []
     for index, request in enumerate(requests):
         unknown = set(request) - _SUBMIT_FIELDS
@@ -370,27 +394,69 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
         if request.get("idempotency_key") or request.get("business_key"):
             rest.append((index, request))
             continue
-        new = _job_new(**{**_PLAIN_DEFAULTS, **request})
-        if new.keys:
+        submit = _plain_submit(**{**_PLAIN_DEFAULTS, **request})
+        if submit is None:
             rest.append((index, request))
         else:
-            plain.append((index, new))
+            plain.append((index, submit))
     out: list[Job | None] = [None] * len(requests)
     with transaction.atomic():
         if plain:
-            messages = [
-                dispatch.job_execute_message(new.job, available_at=new.later) for _, new in plain
-            ]
-            Job.objects.bulk_create([new.job for _, new in plain])
-            JobEvent.objects.bulk_create([new.accepted for _, new in plain])
-            OutboxEntry.objects.bulk_create(messages)
-            outbox_after_commit_many(messages)
-            for index, new in plain:
-                new.job.replayed = False  # type: ignore[attr-defined]
-                out[index] = new.job
+            written = bulk.jobs_insert_plain([submit for _, submit in plain])
+            for (index, _), job in zip(plain, written, strict=True):
+                out[index] = job
         for index, request in rest:
             out[index] = job_submit(**request)
     return [job for job in out if job is not None]
+
+
+def _plain_submit(
+    *,
+    kind: str,
+    input: dict[str, Any],
+    owner: User,
+    tenant: Tenant | None,
+    business_key: str | None,
+    input_version: int,
+    idempotency_key: str | None,
+    serialization_key: str | None,
+    input_ref: StoredObject | None,
+    replay_of: Job | None,
+    run_after: datetime | None,
+) -> bulk.PlainSubmit | None:
+    """A checked keyless request, or None when an admission rule applies (job_submit's way)."""
+    spec, fingerprint = _job_check(
+        kind=kind,
+        input=input,
+        owner=owner,
+        tenant=tenant,
+        business_key=business_key,
+        input_version=input_version,
+        serialization_key=serialization_key,
+        input_ref=input_ref,
+    )
+    if dispatch.admission_lock_keys(
+        kind=kind,
+        tenant_id=tenant.pk if tenant else None,
+        serialization_key=serialization_key,
+        spec=spec,
+    ):
+        return None
+    return bulk.PlainSubmit(
+        spec=spec,
+        fingerprint=fingerprint,
+        kind=kind,
+        input=input,
+        owner=owner,
+        tenant=tenant,
+        business_key=business_key,
+        input_version=input_version,
+        idempotency_key=idempotency_key,
+        serialization_key=serialization_key,
+        input_ref=input_ref,
+        replay_of=replay_of,
+        run_after=run_after,
+    )
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:

@@ -3,9 +3,10 @@ in batch messages (read back from the suite's private Redis)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,12 @@ from django.utils import timezone
 
 import jobs
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
+from jobs import bulk
 from jobs.exceptions import IdempotencyConflict, InputTooLarge, UnknownKind, ValidationFailed
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, StoredObject, Tenant
+from outbox.conf import outbox_settings
 from outbox.models import OutboxEntry
+from outbox.services import outbox_after_commit_many
 from tests.harness import Harness, PrivateRedis, wait_until
 from tests.integration.test_relay_batching import broker_messages, job_ids_of
 from tests.kinds_batch import calls
@@ -255,3 +259,201 @@ def test_a_real_worker_drains_200_submit_many_jobs__each_exactly_once(
     assert Counter(claims) == {"claimed in a batch": 200}
     assert JobEvent.objects.filter(to_state="succeeded").count() == 200
     wait_until(lambda: _unmarked() == 0, timeout=30, what="every row to be marked published")
+
+
+# --- the column-wise write (jobs.bulk) against job_submit's rows -------------------------------
+
+JSONB_OID = 3802  # Django's connection reads jsonb as text: parsed here
+
+# Written per row and compared separately (ids, and the ids that reference them).
+_IDS = {
+    "jobs_job": {"id"},
+    "jobs_jobevent": {"id", "job_id"},
+    "outbox_outboxentry": {"id", "job_id"},
+}
+
+
+def _rows(table: str, column: str, value: Any) -> list[dict[str, Any]]:
+    """Every column of the rows of `table` whose `column` is `value`, read with SQL."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {table} WHERE {column} = %s", [value])
+        columns = [(c.name, c.type_code == JSONB_OID) for c in cursor.description]
+        return [
+            {
+                name: json.loads(value) if is_json and value is not None else value
+                for (name, is_json), value in zip(columns, row, strict=True)
+            }
+            for row in cursor.fetchall()
+        ]
+
+
+def _written(job_id: Any) -> dict[str, dict[str, Any]]:
+    """The job's one row of each table (every column), its outbox row's job id checked."""
+    rows = {
+        "jobs_job": _rows("jobs_job", "id", job_id),
+        "jobs_jobevent": _rows("jobs_jobevent", "job_id", job_id),
+        "outbox_outboxentry": _rows("outbox_outboxentry", "job_id", job_id),
+    }
+    assert {table: len(found) for table, found in rows.items()} == dict.fromkeys(rows, 1)
+    written = {table: found[0] for table, found in rows.items()}
+    message = written["outbox_outboxentry"]
+    assert message["kwargs"]["job_id"] == str(job_id)
+    message["kwargs"] = {**message["kwargs"], "job_id": "(the job's id)"}
+    return written
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any], ignore: set[str]) -> dict[str, Any]:
+    """Columns whose values differ; times (or None) differ by a second or more."""
+    assert a.keys() == b.keys()
+    out: dict[str, Any] = {}
+    for name in a.keys() - ignore:
+        x, y = a[name], b[name]
+        if isinstance(x, datetime) and isinstance(y, datetime):
+            if abs(x - y) >= timedelta(seconds=1):
+                out[name] = (x, y)
+        elif x != y:
+            out[name] = (x, y)
+    return out
+
+
+def _request_of(case: str, user: Any, tenant: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {"kind": "batch.echo", "input": {"n": 1, "text": 'é"\\'}}
+    if case == "deferred":
+        request["run_after"] = timezone.now() + timedelta(hours=1)
+    elif case == "run_after passed":
+        request["run_after"] = timezone.now() - timedelta(hours=1)
+    elif case == "tenant":
+        request["tenant"] = tenant
+    elif case == "input_ref":
+        request["input_ref"] = StoredObject.objects.create(
+            owner=user, tenant=tenant, storage_name="in.csv", size=3, sha256="0" * 64
+        )
+    elif case == "kind with a schema and a queue":
+        request = {"kind": "batch.elsewhere", "input": {"n": 2}, "input_version": 3}
+    elif case == "replay of":
+        request["replay_of"] = jobs.submit(kind="batch.echo", input={"n": 0}, owner=user)
+    return {**request, "owner": user}
+
+
+CASES = [
+    "plain",
+    "deferred",
+    "run_after passed",
+    "tenant",
+    "input_ref",
+    "kind with a schema and a queue",
+    "replay of",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_plain_request__submit_many_writes_the_rows_job_submit_writes(
+    user: Any, tenant: Any, broker: redis.Redis, case: str
+) -> None:
+    request = _request_of(case, user, tenant)
+    single = jobs.submit(**request)
+
+    many = jobs.submit_many([_plain(user, 100), request, _plain(user, 101)])[1]
+
+    by_submit, by_many = _written(single.pk), _written(many.pk)
+    assert {
+        table: _differences(by_submit[table], by_many[table], _IDS[table]) for table in _IDS
+    } == {table: {} for table in _IDS}
+    job, event, message = (by_many[table] for table in _IDS)
+    assert event["job_id"] == message["job_id"] == job["id"] == many.pk
+    # Times: the same offsets as job_submit's (a deferred job's are exact).
+    due = request.get("run_after")
+    if due is not None and due > timezone.now():
+        assert job["next_attempt_at"] == message["available_at"] == due
+        assert job["deadline"] == by_submit["jobs_job"]["deadline"]
+        assert message["reserved_until"] is None
+    else:
+        assert message["available_at"] == job["next_attempt_at"] == job["created_at"]
+        assert message["reserved_until"] - message["available_at"] == timedelta(
+            seconds=outbox_settings.RESERVATION_SECONDS
+        )
+    assert job["deadline"] - job["next_attempt_at"] == (
+        by_submit["jobs_job"]["deadline"] - by_submit["jobs_job"]["next_attempt_at"]
+    )
+
+
+def test_returned_jobs__equal_their_rows__in_request_order(
+    user: Any, tenant: Any, broker: redis.Redis, django_assert_num_queries: Any
+) -> None:
+    requests = [_request_of(case, user, tenant) for case in CASES]
+    single = [jobs.submit(**request) for request in requests]
+
+    many = jobs.submit_many(requests)
+
+    names = [f.attname for f in Job._meta.concrete_fields]
+    for request, by_submit, by_many in zip(requests, single, many, strict=True):
+        loaded = Job.objects.get(pk=by_many.pk)
+        assert [getattr(by_many, n) for n in names] == [getattr(loaded, n) for n in names]
+        assert not by_many._state.adding and by_many._state.db == "default"
+        assert by_many.replayed is False  # type: ignore[attr-defined]
+        assert (
+            _differences(
+                {n: getattr(by_submit, n) for n in names},
+                {n: getattr(by_many, n) for n in names},
+                {"id"},
+            )
+            == {}
+        )
+        with django_assert_num_queries(0):  # the request's rows, not loaded again
+            assert by_many.owner is user
+            assert by_many.tenant is request.get("tenant")
+            assert by_many.input_ref is request.get("input_ref")
+            assert by_many.replay_of is request.get("replay_of")
+
+
+def test_outbox_rows__handed_to_the_fast_path_as_saved__with_their_ids(
+    user: Any, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[OutboxEntry] = []
+
+    def recorded(entries: list[OutboxEntry]) -> None:
+        handed.extend(entries)
+        outbox_after_commit_many(entries)
+
+    monkeypatch.setattr(bulk, "outbox_after_commit_many", recorded)
+    requests = [_plain(user, n) for n in range(5)]
+    requests.insert(2, {**_plain(user, 9), "run_after": timezone.now() + timedelta(hours=1)})
+
+    submitted = jobs.submit_many(requests)
+
+    assert [entry.job_id for entry in handed] == [job.pk for job in submitted]
+    names = [f.attname for f in OutboxEntry._meta.concrete_fields]
+    for entry in handed:
+        row = OutboxEntry.objects.get(pk=entry.pk)
+        assert not entry._state.adding
+        assert {n: getattr(entry, n) for n in names} == {
+            **{n: getattr(row, n) for n in names},
+            "published_at": None,  # marked since, by the mark thread
+        }
+    deferred = OutboxEntry.objects.get(job_id=submitted[2].pk)
+    assert deferred.published_at is None
+    assert [job_ids_of(m) for m in broker_messages(broker)] == [
+        [str(job.pk) for n, job in enumerate(submitted) if n != 2]
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"tenant": Tenant(name="unsaved")}, ValueError),
+        ({"input": {"when": timezone.now()}}, TypeError),
+    ],
+    ids=["unsaved tenant", "input not JSON"],
+)
+def test_a_plain_request_the_orm_refuses__raises_before_any_insert(
+    user: Any, fields: dict[str, Any], error: type[Exception]
+) -> None:
+    requests = [_plain(user, n) for n in range(3)]
+    requests.insert(1, {**_plain(user, 1), **fields})
+
+    with CaptureQueriesContext(connection) as captured, pytest.raises(error):
+        jobs.submit_many(requests)
+
+    assert _inserts(captured) == {}
+    assert _nothing_written()

@@ -1,0 +1,325 @@
+"""The plain requests of `job_submit_many`, written column-wise: one INSERT per table.
+
+Each statement is `INSERT INTO t (...) SELECT ... FROM unnest(%b::uuid[], %b::jsonb[], ...)`:
+one array per column whose value differs between rows, one value per column that does not (a
+constant of the accept, or the model field's default). The arrays go as binary parameters of a
+prepared statement (jobs.prepared), so nothing is quoted on the client, and no model object is
+made per row of jobs_jobevent; the jobs come back as `Job.from_db`, the outbox rows (with the
+ids the INSERT returned) as `OutboxEntry.from_db`.
+
+The rows are those `job_submit` writes for the same request: `_job_new` (jobs.services),
+`job_event_new` (jobs.events) and `job_execute_message` (jobs.dispatch) say what they are, and
+tests/integration/test_submit_many.py compares every column.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from itertools import repeat
+from typing import Any, NamedTuple
+
+from django.db import connection
+from django.db.models import Field, Model
+from django.utils import timezone
+
+from outbox.conf import outbox_settings
+from outbox.models import OutboxEntry
+from outbox.services import outbox_after_commit_many
+
+from . import dispatch, prepared, registry
+from .conf import jobs_settings
+from .models import Job, JobEvent, StoredObject, Tenant
+from .states import JobState
+
+
+class PlainSubmit(NamedTuple):
+    """A checked request of `job_submit_many` that takes no lock and decides nothing."""
+
+    spec: registry.KindSpec
+    fingerprint: str
+    kind: str
+    input: Any
+    owner: Model
+    tenant: Tenant | None
+    business_key: str | None  # falsy: a truthy key goes through job_submit
+    input_version: int
+    idempotency_key: str | None  # falsy, as business_key
+    serialization_key: str | None  # falsy: a key has an admission rule
+    input_ref: StoredObject | None
+    replay_of: Job | None
+    run_after: datetime | None
+
+
+# Columns whose values differ between the rows of one call; every other column takes one value.
+_JOB_COLUMNS = (
+    "id",
+    "kind",
+    "kind_version",
+    "owner_id",
+    "tenant_id",
+    "business_key",
+    "input_version",
+    "idempotency_key",
+    "request_fingerprint",
+    "input",
+    "input_ref_id",
+    "serialization_key",
+    "replay_of_id",
+    "max_attempts",
+    "next_attempt_at",
+    "deadline",
+)
+_EVENT_COLUMNS = ("job_id", "details")
+_OUTBOX_COLUMNS = ("queue", "job_id", "kwargs", "available_at", "reserved_until")
+_RELATED = ("owner", "tenant", "input_ref", "replay_of")
+
+
+def jobs_insert_plain(submits: Sequence[PlainSubmit]) -> list[Job]:
+    """Write the jobs, their `accepted` events and their outbox rows in the caller's
+    transaction (three statements), and publish the rows once it commits. An input Django
+    cannot encode or an unsaved related row raises before the first statement."""
+    now = timezone.now()
+    jobs = _job_columns(submits, now)
+    fixed = {"state": JobState.QUEUED.value, "created_at": now, "updated_at": now}
+    job_values = _fixed_values(Job, jobs, fixed)
+    _insert(Job, {**jobs, "input": [_json(s.input) for s in submits]}, job_values)
+    _insert(JobEvent, _event_columns(submits, jobs), _accepted_values(job_values, now))
+    outbox_after_commit_many(_messages_insert(jobs, job_values, now))
+    return _jobs(submits, jobs, job_values)
+
+
+def _job_columns(submits: Sequence[PlainSubmit], now: datetime) -> dict[str, list[Any]]:
+    """The jobs' varying columns (`input` as given), as `_job_new` fills them."""
+    columns: dict[str, list[Any]] = {name: [] for name in _JOB_COLUMNS}
+    new_id = Job._meta.get_field("id").get_default
+    for s in submits:
+        due = now if s.run_after is None else max(now, s.run_after)
+        policy = s.spec.policy
+        for name, value in (
+            ("id", new_id()),
+            ("kind", s.kind),
+            ("kind_version", s.spec.version),
+            ("owner_id", _related_id("owner", s.owner)),
+            ("tenant_id", _related_id("tenant", s.tenant)),
+            ("business_key", s.business_key),
+            ("input_version", s.input_version),
+            ("idempotency_key", s.idempotency_key),
+            ("request_fingerprint", s.fingerprint),
+            ("input", s.input),
+            ("input_ref_id", _related_id("input_ref", s.input_ref)),
+            ("serialization_key", s.serialization_key),
+            ("replay_of_id", _related_id("replay_of", s.replay_of)),
+            ("max_attempts", policy.max_attempts),
+            ("next_attempt_at", due),
+            ("deadline", due + timedelta(seconds=policy.max_elapsed)),
+        ):
+            columns[name].append(value)
+    return columns
+
+
+def _event_columns(
+    submits: Sequence[PlainSubmit], jobs: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
+    """The `accepted` events' varying columns (JSON as text), as `_job_new` fills them."""
+    none = _json({})
+    return {
+        "job_id": jobs["id"],
+        "details": [
+            none if s.run_after is None else _json({"run_after": s.run_after.isoformat()})
+            for s in submits
+        ],
+    }
+
+
+def _accepted_values(job_values: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Every other column of an `accepted` event: `job_event_new(job, from_state="",
+    to_state="queued", reason="accepted")` of a new job."""
+    given = {
+        "from_state": "",
+        "to_state": JobState.QUEUED.value,
+        "generation": job_values["generation"],
+        "attempt": job_values["attempt"],
+        "worker": "",
+        "actor": "",
+        "reason": "accepted",
+        "at": now,
+    }
+    return _fixed_values(JobEvent, _EVENT_COLUMNS, given)
+
+
+def _messages_insert(
+    jobs: dict[str, list[Any]], job_values: dict[str, Any], now: datetime
+) -> list[OutboxEntry]:
+    """Insert the jobs' outbox rows; return them as saved, with the ids the INSERT gave."""
+    messages = _messages(jobs, job_values, now)
+    values = _fixed_values(
+        OutboxEntry, messages, {"task_name": dispatch.EXECUTE_TASK, "created_at": now}
+    )
+    returned = _insert(
+        OutboxEntry,
+        {**messages, "kwargs": [_json(kwargs) for kwargs in messages["kwargs"]]},
+        values,
+        returning=("id", "job_id"),
+    )
+    ids = {row["job_id"]: row["id"] for row in returned}
+    return _instances(OutboxEntry, {**messages, "id": [ids[i] for i in jobs["id"]]}, values)
+
+
+def _messages(
+    jobs: dict[str, list[Any]], job_values: dict[str, Any], now: datetime
+) -> dict[str, list[Any]]:
+    """The outbox rows' varying columns (`kwargs` as dicts), as `job_execute_message` fills
+    them: due now (reserved for the fast path, when on) or at the job's first due time."""
+    reserved = now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS)
+    fast = outbox_settings.FAST_PATH
+    queues: dict[tuple[str, int], str] = {}
+    columns: dict[str, list[Any]] = {name: [] for name in _OUTBOX_COLUMNS}
+    for job_id, kind, version, due in zip(
+        jobs["id"], jobs["kind"], jobs["kind_version"], jobs["next_attempt_at"], strict=True
+    ):
+        queue = queues.get((kind, version))
+        if queue is None:
+            spec = registry.kind_version(kind, version)
+            queue = queues[kind, version] = spec.queue if spec else jobs_settings.QUEUE
+        later = due > now
+        columns["queue"].append(queue)
+        columns["job_id"].append(job_id)
+        columns["kwargs"].append(
+            {
+                "job_id": str(job_id),
+                "generation": job_values["generation"],
+                "kind": kind,
+                "kind_version": version,
+            }
+        )
+        columns["available_at"].append(due)
+        columns["reserved_until"].append(reserved if fast and not later else None)
+    return columns
+
+
+def _jobs(
+    submits: Sequence[PlainSubmit], columns: dict[str, list[Any]], values: dict[str, Any]
+) -> list[Job]:
+    """The written jobs as `job_submit` returns them: related rows cached, `replayed` False."""
+    jobs: list[Job] = _instances(Job, columns, values)
+    caches = [Job._meta.get_field(name) for name in _RELATED]
+    for job, s in zip(jobs, submits, strict=True):
+        for field, related in zip(
+            caches, (s.owner, s.tenant, s.input_ref, s.replay_of), strict=True
+        ):
+            if related is not None:
+                field.set_cached_value(job, related)  # type: ignore[union-attr]
+        job.replayed = False  # type: ignore[attr-defined]
+    return jobs
+
+
+def _related_id(name: str, obj: Model | None) -> Any:
+    """The key of a related row, refused as the ORM refuses it (a wrong model, unsaved)."""
+    if obj is None:
+        return None
+    field = Job._meta.get_field(name)
+    if not isinstance(obj, field.related_model):  # type: ignore[arg-type]
+        raise ValueError(
+            f'Cannot assign "{obj!r}": "Job.{name}" must be a '
+            f'"{field.related_model._meta.object_name}" instance.'  # type: ignore[union-attr]
+        )
+    if obj.pk is None:
+        raise ValueError(
+            f"save() prohibited to prevent data loss due to unsaved related object '{name}'."
+        )
+    return obj.pk
+
+
+def _json(value: Any) -> str | None:
+    """A JSONField value as Django's encoder writes it (None: SQL NULL)."""
+    return None if value is None else json.dumps(value)
+
+
+# -- column-wise INSERT ----------------------------------------------------------------------
+
+
+def _fields(model: type[Model]) -> list[Field[Any, Any]]:
+    """The columns an INSERT of `model` writes: every concrete one but an auto primary key."""
+    meta = model._meta
+    return [f for f in meta.concrete_fields if not f.generated and f is not meta.auto_field]
+
+
+def _fixed_values(
+    model: type[Model], varying: Iterable[str], given: dict[str, Any]
+) -> dict[str, Any]:
+    """The value of every column not in `varying`: `given`, else the field's default."""
+    varying = set(varying)
+    values: dict[str, Any] = {}
+    for field in _fields(model):
+        if field.attname in varying:
+            continue
+        if field.attname in given:
+            values[field.attname] = given[field.attname]
+        elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            raise ValueError(f"{model._meta.label}.{field.attname}: give its time")
+        else:
+            values[field.attname] = field.get_default()
+    unknown = set(given) - set(values)
+    if unknown:
+        raise ValueError(f"{model._meta.label}: no columns {sorted(unknown)} (or varying)")
+    return values
+
+
+# (model, varying columns, returning) -> (INSERT statement, its fixed columns in order)
+_STATEMENTS: dict[
+    tuple[type[Model], tuple[str, ...], tuple[str, ...]], tuple[str, list[Field[Any, Any]]]
+] = {}
+
+
+def _statement(
+    model: type[Model], varying: tuple[str, ...], returning: tuple[str, ...]
+) -> tuple[str, list[Field[Any, Any]]]:
+    key = (model, varying, returning)
+    cached = _STATEMENTS.get(key)
+    if cached is not None:
+        return cached
+    quote = connection.ops.quote_name
+    fields = {f.attname: f for f in _fields(model)}
+    fixed = [field for name, field in fields.items() if name not in varying]
+    columns = ", ".join(quote(str(f.column)) for f in [*fixed, *(fields[n] for n in varying)])
+    selected = [f"%b::{field.db_type(connection)}" for field in fixed]
+    selected += [f"u.{quote(name)}" for name in varying]
+    arrays = ", ".join(f"%b::{fields[name].db_type(connection)}[]" for name in varying)
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) SELECT {', '.join(selected)} "
+        f"FROM unnest({arrays}) AS u({', '.join(quote(name) for name in varying)})"
+    )
+    if returning:
+        sql += f" RETURNING {', '.join(quote(name) for name in returning)}"
+    _STATEMENTS[key] = (sql, fixed)
+    return sql, fixed
+
+
+def _insert(
+    model: type[Model],
+    columns: dict[str, list[Any]],
+    fixed: dict[str, Any],
+    *,
+    returning: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """One INSERT of len(column) rows: `columns` as arrays (values ready for psycopg, JSON
+    as text), every other column once from `fixed` (model values); the `returning` columns
+    of each row."""
+    sql, fixed_fields = _statement(model, tuple(columns), returning)
+    params = [f.get_db_prep_save(fixed[f.attname], connection) for f in fixed_fields]
+    params += columns.values()
+    return prepared.fetchall(sql, params)
+
+
+def _instances(
+    model: type[Model], columns: dict[str, list[Any]], fixed: dict[str, Any]
+) -> list[Any]:
+    """Saved-looking instances of written rows, as a query would load them."""
+    names = [f.attname for f in model._meta.concrete_fields]
+    sources = [columns[n] if n in columns else repeat(fixed[n]) for n in names]
+    alias = connection.alias
+    return [
+        model.from_db(alias, names, values) for values in zip(*sources, strict=False)
+    ]  # `repeat`s are endless
