@@ -7,6 +7,7 @@ database and CELERY_BROKER_URL on the private Redis (see run_all.py).
 from __future__ import annotations
 
 import os
+import queue
 import random
 import sys
 import threading
@@ -38,35 +39,83 @@ E2E_TIMEOUT = 180.0
 REUSE_BROKER_DB = 3  # the proposal's workers listen on their own Redis DB number
 
 
+class Submitters:
+    """Driver threads that live across rounds, as a web server's threads do: each keeps its
+    database connection (a thread per round would pay a connection, its set-up and its first
+    statement preparations every round). A thread drops its connection when `use_target`
+    points the process at another database, and when the pool closes (`close_driver_db`)."""
+
+    def __init__(self, threads: int) -> None:
+        self.inboxes: list[queue.Queue[tuple[int, Callable[[], Any]] | None]] = [
+            queue.Queue() for _ in range(threads)
+        ]
+        self.done: queue.Queue[BaseException | None] = queue.Queue()
+        self.threads = [
+            threading.Thread(target=self._run, args=(inbox,), daemon=True, name=f"submitter-{i}")
+            for i, inbox in enumerate(self.inboxes)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, inbox: queue.Queue[tuple[int, Callable[[], Any]] | None]) -> None:
+        seen = _target[0]
+        while True:
+            item = inbox.get()
+            if item is None or seen != _target[0]:
+                _close_thread_connection()
+                seen = _target[0]
+            if item is None:
+                self.done.put(None)
+                return
+            count, submit = item
+            try:
+                for _ in range(count):
+                    submit()
+            except BaseException as exc:  # surfaced by run(): a failed submit fails the round
+                self.done.put(exc)
+            else:
+                self.done.put(None)
+
+    def run(self, n: int, submit: Callable[[], Any]) -> None:
+        threads = len(self.inboxes)
+        share = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
+        for inbox, count in zip(self.inboxes, share, strict=True):
+            inbox.put((count, submit))
+        errors = [e for e in (self.done.get() for _ in self.inboxes) if e is not None]
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for _ in self.inboxes:
+            self.done.get()
+        for thread in self.threads:
+            thread.join(10)
+
+
+_submitters: dict[int, Submitters] = {}
+_target = [0]  # bumped by use_target: submitter threads reconnect
+
+
+def _close_thread_connection() -> None:
+    from django.db import connection
+
+    if connection.connection is not None:
+        note_backend(connection.connection.info.backend_pid)
+    connection.close()
+
+
 def submit_many(n: int, submit: Callable[[], Any], threads: int) -> None:
     """Call submit() n times from `threads` threads (a web tier has many submitters)."""
     if threads <= 1:
         for _ in range(n):
             submit()
         return
-    from django.db import connection
-
-    errors: list[BaseException] = []
-
-    def worker(count: int) -> None:
-        try:
-            for _ in range(count):
-                submit()
-        except BaseException as exc:  # surfaced below: a failed submit fails the round
-            errors.append(exc)
-        finally:
-            if connection.connection is not None:
-                note_backend(connection.connection.info.backend_pid)
-            connection.close()
-
-    share = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
-    pool = [threading.Thread(target=worker, args=(k,)) for k in share]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    if errors:
-        raise errors[0]
+    pool = _submitters.get(threads)
+    if pool is None:
+        pool = _submitters[threads] = Submitters(threads)
+    pool.run(n, submit)
 
 
 @dataclass
@@ -102,6 +151,7 @@ def use_target(db: str, broker: str) -> None:
     from jobsite.celery import app
 
     app.set_current()  # outbox.transport publishes through the current app: ours
+    _target[0] += 1
     conn = connections["default"]
     conn.close()
     conn.settings_dict["NAME"] = db
@@ -134,6 +184,8 @@ def set_fast_path(on: bool) -> None:
 def close_driver_db() -> None:
     from django.db import connections
 
+    while _submitters:
+        _submitters.popitem()[1].close()
     connections.close_all()
 
 

@@ -113,7 +113,7 @@ class OutboxSettings(AppSettings):
             positive=True,
         ),
         "LINGER_SECONDS": Setting(
-            0.02,
+            0.05,
             "With company (other threads of the process submitting), the fast path's publisher "
             "waits at most this long for more rows to pack into one message (0: never waits). "
             "Alone, a row is published at once.",
