@@ -24,7 +24,7 @@ from . import bulk, dispatch, registry
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
-from .inserts import insert_together
+from .inserts import insert_admitted, insert_together
 from .leases import Lease
 from .lifecycle import (
     job_cancel_finish,
@@ -316,7 +316,20 @@ def job_submit(
         return _check_replay(existing, new.job.request_fingerprint)
     job, accepted, later, spec = new.job, new.accepted, new.later, new.spec
     try:
-        if business_key or new.keys or connection.in_atomic_block:
+        if (
+            serialization_key
+            and not business_key
+            and not connection.in_atomic_block
+            and new.keys == [dispatch.serial_lock_key(serialization_key)]
+        ):
+            # A key and no other rule: admission, job, event and (if admitted) the outbox
+            # row in one statement and commit.
+            message = dispatch.job_execute_message(job, available_at=later)
+            if insert_admitted(
+                job, accepted, message, lock_keys=new.keys, serialization_key=serialization_key
+            ):
+                outbox_after_commit(message)
+        elif business_key or new.keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
             # caller's own rows: one transaction.
             with transaction.atomic():

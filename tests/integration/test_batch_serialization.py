@@ -194,3 +194,53 @@ def test_a_submit_holding_the_key_during_the_group_commit__its_job_gets_the_key(
     assert _job(head).state == "succeeded"
     assert (_job(nxt).state, _messages(nxt)) == ("queued", 1)
     assert JobEvent.objects.filter(job_id=nxt.pk, reason="accepted").count() == 1
+
+
+def _submit_waiting_on_the_key(conn: Any) -> bool:
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND wait_event = 'advisory' AND query LIKE %s AND pid <> pg_backend_pid()",
+            ["%jobs_admission_lock%"],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def test_a_keyed_submit_waiting_on_the_hand_over__sees_the_head_done_and_gets_its_message(
+    user: Any, calls_file: str
+) -> None:
+    """A keyed submit is one statement (jobs.inserts.insert_admitted). When it arrives while
+    a group commit that completes the key's head holds the key's lock, it waits; the hand-over
+    found no next head (the submit had not committed), so the submit's own admission check
+    must see the head done once the lock is free (a snapshot taken after the lock, not at
+    the statement's start), or the job would be stranded without a message."""
+    head = _keyed(user, "s2", n=1)
+    claimed, _, _ = batch.claim_many(
+        [(head.pk, registry.kind_latest("batch.echo"))], worker="w:1:1"
+    )
+    batch.run_claimed(claimed)
+    submitted: list[Job] = []
+
+    def submit_keyed() -> None:
+        try:
+            submitted.append(_keyed(user, "s2", n=2))
+        finally:
+            connection.close()
+
+    submitter = threading.Thread(target=submit_keyed)
+    watcher = connections.create_connection("default")
+    try:
+        with transaction.atomic():  # the group commit's transaction stays open, its locks held
+            batch.group_commit(claimed)
+            submitter.start()
+            wait_until(
+                lambda: _submit_waiting_on_the_key(watcher), timeout=30, what="the keyed submit"
+            )
+    finally:
+        watcher.close()
+        submitter.join(30)
+
+    [nxt] = submitted
+    assert _job(head).state == "succeeded"
+    assert (_job(nxt).state, _messages(nxt)) == ("queued", 1)
