@@ -74,3 +74,11 @@ def test_trigger__legal_transition__is_allowed(user: Any) -> None:
         JobEvent.objects.filter(job=job).order_by("at", "id").values_list("from_state", "to_state")
     )
     assert trail == [("", "queued"), ("queued", "leased"), ("leased", "succeeded")]
+
+
+def test_submit_with_an_unsaved_tenant__refused_before_anything_is_written(user: Any) -> None:
+    from jobs.models import Tenant
+
+    with pytest.raises(ValueError, match="unsaved related object 'tenant'"):
+        jobs.submit(kind="noop", input={}, owner=user, tenant=Tenant(name="never-saved"))
+    assert not Job.objects.exists()  # not a personal job with tenant NULL
