@@ -42,8 +42,9 @@ REUSE_BROKER_DB = 3  # the proposal's workers listen on their own Redis DB numbe
 class Submitters:
     """Driver threads that live across rounds, as a web server's threads do: each keeps its
     database connection (a thread per round would pay a connection, its set-up and its first
-    statement preparations every round). A thread drops its connection when `use_target`
-    points the process at another database, and when the pool closes (`close_driver_db`)."""
+    statement preparations every round). One pool per database `use_target` points at, so
+    rounds that alternate between databases keep their connections too; the threads close
+    them when the pool closes (`close_driver_db`)."""
 
     def __init__(self, threads: int) -> None:
         self.inboxes: list[queue.Queue[tuple[int, Callable[[], Any]] | None]] = [
@@ -58,13 +59,10 @@ class Submitters:
             thread.start()
 
     def _run(self, inbox: queue.Queue[tuple[int, Callable[[], Any]] | None]) -> None:
-        seen = _target[0]
         while True:
             item = inbox.get()
-            if item is None or seen != _target[0]:
-                _close_thread_connection()
-                seen = _target[0]
             if item is None:
+                _close_thread_connection()
                 self.done.put(None)
                 return
             count, submit = item
@@ -94,8 +92,7 @@ class Submitters:
             thread.join(10)
 
 
-_submitters: dict[int, Submitters] = {}
-_target = [0]  # bumped by use_target: submitter threads reconnect
+_submitters: dict[tuple[int, str], Submitters] = {}  # (threads, database) -> pool
 
 
 def _close_thread_connection() -> None:
@@ -112,9 +109,12 @@ def submit_many(n: int, submit: Callable[[], Any], threads: int) -> None:
         for _ in range(n):
             submit()
         return
-    pool = _submitters.get(threads)
+    from django.db import connections
+
+    key = (threads, str(connections["default"].settings_dict["NAME"]))
+    pool = _submitters.get(key)
     if pool is None:
-        pool = _submitters[threads] = Submitters(threads)
+        pool = _submitters[key] = Submitters(threads)
     pool.run(n, submit)
 
 
@@ -151,7 +151,6 @@ def use_target(db: str, broker: str) -> None:
     from jobsite.celery import app
 
     app.set_current()  # outbox.transport publishes through the current app: ours
-    _target[0] += 1
     conn = connections["default"]
     conn.close()
     conn.settings_dict["NAME"] = db
