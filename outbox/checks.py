@@ -42,12 +42,12 @@ def outbox_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="outbox.E002",
             )
         )
-    if outbox_settings.MARK_INTERVAL * 10 > outbox_settings.RESERVATION_SECONDS:
+    if outbox_settings.MARK_INTERVAL * 4 > outbox_settings.RESERVATION_SECONDS:
         errors.append(
             Error(
                 f"OUTBOX_MARK_INTERVAL ({outbox_settings.MARK_INTERVAL:g}s) must stay far below "
                 f"OUTBOX_RESERVATION_SECONDS ({outbox_settings.RESERVATION_SECONDS:g}s): "
-                "at most a tenth of it.",
+                "at most a quarter of it.",
                 id="outbox.E004",
             )
         )

@@ -125,7 +125,7 @@ class OutboxSettings(AppSettings):
         "MARK_INTERVAL": Setting(
             0.25,
             "The fast path marks what it published in batches this often (0: at once). "
-            "Must stay far below OUTBOX_RESERVATION_SECONDS.",
+            "At most a quarter of OUTBOX_RESERVATION_SECONDS.",
             minimum=0,
         ),
         "RETENTION_SECONDS": Setting(

@@ -85,7 +85,7 @@ def test_soft_limit_not_below_hard_limit__is_a_system_check_error(settings: Any)
 def test_mark_interval_near_the_reservation__is_a_system_check_error(settings: Any) -> None:
     from outbox.checks import outbox_checks
 
-    settings.OUTBOX_MARK_INTERVAL = 5
+    settings.OUTBOX_MARK_INTERVAL = 8
     settings.OUTBOX_RESERVATION_SECONDS = 30
 
     assert [e.id for e in outbox_checks()] == ["outbox.E004"]
