@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 NAMES = frozenset(
     {
         "submit.after_commit_before_publish",
+        "submit.publisher_before_publish",
         "relay.after_publish_before_mark",
         "worker.after_claim",
         "worker.batch_after_claim",

@@ -14,8 +14,9 @@ and Kafka's `linger.ms`, applied to publishing: batching waits only while there 
 never when alone.
 
 A process that dies with rows in hand loses only the publish: the rows are reserved, and the
-relay publishes them when the reservation lapses (the crash window
-`submit.after_commit_before_publish`). A process that exits normally publishes what it holds
+relay publishes them when the reservation lapses (the crash windows
+`submit.after_commit_before_publish` and, for rows the publisher holds,
+`submit.publisher_before_publish`). A process that exits normally publishes what it holds
 first (atexit). A forked child starts empty.
 """
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .conf import outbox_settings
+from .failpoints import failpoint
 from .models import OutboxEntry
 
 logger = logging.getLogger(__name__)
@@ -124,6 +126,7 @@ class _Publisher:
         try:
             while (taken := self._take()) is not None:
                 try:
+                    failpoint("submit.publisher_before_publish")
                     for publish, rows in taken.items():
                         _publish_logged(publish, rows)
                 finally:

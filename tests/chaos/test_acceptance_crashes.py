@@ -82,6 +82,64 @@ def test_submit_killed_after_commit_before_publish__relay_publishes_it_later(
     assert Job.objects.get(pk=job.pk).generation == 1
 
 
+# Another thread is inside jobs.submit (writing(), held open): company, so the submitted row
+# goes to the process's publisher thread, which dies at its failpoint before publishing.
+SUBMIT_WITH_COMPANY_SCRIPT = """
+import threading, time
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+import jobs
+from outbox import fastpath
+inside = threading.Event()
+def company():
+    with fastpath.writing():
+        inside.set()
+        time.sleep(60)
+threading.Thread(target=company, daemon=True).start()
+inside.wait(10)
+user = get_user_model().objects.get(username="alice")
+jobs.submit(kind="noop", input={"crash": "publisher"}, owner=user, idempotency_key="crash-2")
+print("submit returned", flush=True)
+time.sleep(60)
+"""
+
+
+def test_submit_process_killed_while_its_publisher_holds_the_row__relay_publishes_it_later(
+    harness: Harness, user: Any
+) -> None:
+    env = harness.base_env(
+        JOBS_FAILPOINTS="submit.publisher_before_publish=exit", OUTBOX_RESERVATION_SECONDS="1"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SUBMIT_WITH_COMPANY_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 137, done.stderr
+    assert "submit returned" in done.stdout  # the caller had its answer: the job is accepted
+    job = Job.objects.get(owner=user, idempotency_key="crash-2")
+    entry = OutboxEntry.objects.get(job_id=job.pk)
+    assert (job.state, entry.published_at) == ("queued", None)
+    assert broker_job_ids(harness) == []
+
+    harness.start_relay()
+    wait_until(
+        lambda: OutboxEntry.objects.get(pk=entry.pk).published_at is not None,
+        timeout=60,
+        what="the relay to publish the row the publisher held",
+    )
+    harness.start_worker("w-publisher")
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=60, what="the job to run"
+    )
+    finished = Job.objects.get(pk=job.pk)
+    assert (finished.generation, finished.attempt) == (1, 1)
+
+
 def test_relay_killed_after_publish_before_mark__duplicate_message_runs_the_job_once(
     harness: Harness, user: Any, settings: Any
 ) -> None:
