@@ -59,7 +59,7 @@ def _insert_sql(obj: Model, *, returning: bool) -> tuple[str, list[Any]]:
             raise ValueError(f"{obj._meta.label}.{field.name}: expressions are not supported")
     # An unsaved related row (a Tenant never saved, say) is refused as save() refuses it,
     # instead of writing NULL.
-    obj._prepare_related_fields_for_save(operation_name="save")
+    obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
     fields, sql = _statement(obj, returning=returning)
     values = [
         field.get_db_prep_save(field.pre_save(obj, True), connection=connection) for field in fields

@@ -324,11 +324,11 @@ def job_submit(
         ):
             # A key and no other rule: admission, job, event and (if admitted) the outbox
             # row in one statement and commit.
-            message = dispatch.job_execute_message(job, available_at=later)
+            keyed = dispatch.job_execute_message(job, available_at=later)
             if insert_admitted(
-                job, accepted, message, lock_keys=new.keys, serialization_key=serialization_key
+                job, accepted, keyed, lock_keys=new.keys, serialization_key=serialization_key
             ):
-                outbox_after_commit(message)
+                outbox_after_commit(keyed)
         elif business_key or new.keys or connection.in_atomic_block:
             # Older versions to supersede, admission rules to check under their locks, or the
             # caller's own rows: one transaction.
