@@ -407,7 +407,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
         if request.get("idempotency_key") or request.get("business_key"):
             rest.append((index, request))
             continue
-        submit = _plain_submit(**{**_PLAIN_DEFAULTS, **request})
+        submit = _plain_submit({**_PLAIN_DEFAULTS, **request})
         if submit is None:
             rest.append((index, request))
         else:
@@ -423,53 +423,24 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     return [job for job in out if job is not None]
 
 
-def _plain_submit(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None,
-    business_key: str | None,
-    input_version: int,
-    idempotency_key: str | None,
-    serialization_key: str | None,
-    input_ref: StoredObject | None,
-    replay_of: Job | None,
-    run_after: datetime | None,
-) -> bulk.PlainSubmit | None:
-    """A checked keyless request, or None when an admission rule applies (job_submit's way)."""
+def _plain_submit(request: dict[str, Any]) -> bulk.PlainSubmit | None:
+    """A checked keyless request (every keyword of job_submit), or None when an admission
+    rule applies (job_submit's way)."""
     spec, fingerprint = _job_check(
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
+        **{name: value for name, value in request.items() if name in _CHECK_PARAMETERS}
     )
+    tenant = request["tenant"]
     if dispatch.admission_lock_keys(
-        kind=kind,
+        kind=request["kind"],
         tenant_id=tenant.pk if tenant else None,
-        serialization_key=serialization_key,
+        serialization_key=request["serialization_key"],
         spec=spec,
     ):
         return None
-    return bulk.PlainSubmit(
-        spec=spec,
-        fingerprint=fingerprint,
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        idempotency_key=idempotency_key,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
-        replay_of=replay_of,
-        run_after=run_after,
-    )
+    return bulk.PlainSubmit(spec=spec, fingerprint=fingerprint, **request)
+
+
+_CHECK_PARAMETERS = frozenset(inspect.signature(_job_check).parameters)
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:
