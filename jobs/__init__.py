@@ -21,9 +21,9 @@ def submit(**kwargs: Any) -> Job:
 
 
 def submit_many(requests: Any) -> list[Job]:
-    """Accept many jobs in one transaction (see jobs.services.job_submit_many): each request
+    """Accept many jobs in one transaction (see jobs.bulk_submit.job_submit_many): each request
     is a dict of `submit`'s keywords."""
-    from .services import job_submit_many
+    from .bulk_submit import job_submit_many
 
     return job_submit_many(requests)
 

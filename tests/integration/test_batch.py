@@ -20,7 +20,8 @@ from jobs.claims import job_claim
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.runtime import ExecutionReport, Outcome
-from jobs.services import job_cancel, job_submit_many
+from jobs.services import job_cancel
+from jobs.bulk_submit import job_submit_many
 from jobs.signals import (
     DUPLICATE_DELIVERIES,
     EFFECTS_REUSED,

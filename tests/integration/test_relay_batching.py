@@ -14,7 +14,7 @@ from django.utils import timezone
 
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
 from jobs.models import Job
-from jobs.services import job_submit_many
+from jobs.bulk_submit import job_submit_many
 from outbox.batching import messages_of
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
