@@ -34,6 +34,7 @@ from bench.infra import (
     wait_until,
 )
 from bench.pgcpu import PgCpuMeter, note_backend
+from outbox import fastpath, marks
 
 E2E_TIMEOUT = 180.0
 REUSE_BROKER_DB = 3  # the proposal's workers listen on their own Redis DB number
@@ -151,6 +152,10 @@ def use_target(db: str, broker: str) -> None:
     from jobsite.celery import app
 
     app.set_current()  # outbox.transport publishes through the current app: ours
+    # Rows the fast path holds, and their marks, belong to the database we leave: publish and
+    # mark them there (the mark thread keeps the connection it opened first).
+    fastpath.flush()
+    marks.stop()
     conn = connections["default"]
     conn.close()
     conn.settings_dict["NAME"] = db
@@ -252,8 +257,6 @@ def broker_round(b: Bench, name: str, n: int, submit: Callable[[], Any]) -> Roun
     published_before = b.counters.publishes()
     started = time.perf_counter()
     submit_many(n, submit, b.submitters)
-    from outbox import fastpath
-
     fastpath.flush()  # rows the publisher still lingers on go now: every message is counted
     messages = b.counters.publishes() - published_before
     done = poll(
@@ -531,6 +534,7 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
                 for _, job_id, created, leased in start_rows:
                     samples[mode]["submit_call"].append(returned[job_id] - float(created))
                     samples[mode]["return_to_start"].append(float(leased) - returned[job_id])
+                marks.flush()  # the fast path's marks are batched: published_at is read next
                 publish_rows = conn.execute(
                     "SELECT extract(epoch FROM min(published_at - created_at)) "
                     "FROM outbox_outboxentry WHERE job_id = ANY(%s::uuid[]) "

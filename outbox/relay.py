@@ -33,7 +33,7 @@ from .failpoints import failpoint
 from .fastpath import publish_combined
 from .marks import outbox_mark_published
 from .models import OutboxEntry
-from .transport import celery_app, require_broker
+from .transport import celery_app, task_sender
 
 logger = logging.getLogger(__name__)
 
@@ -68,25 +68,12 @@ def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
 def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
     """Step 2: publish over one connection, packed into batch messages where a rule allows
     (outbox.batching); returns (published ids, errors by id)."""
-    app = celery_app()
-    require_broker(app)
     done: list[int] = []
     errors: dict[int, str] = {}
-    with app.producer_or_acquire() as producer:
+    with task_sender(celery_app()) as send:
         for message in messages_of(rows):
             try:
-                app.send_task(
-                    message.task_name,
-                    kwargs=message.kwargs,
-                    queue=message.queue,
-                    producer=producer,
-                    ignore_result=True,
-                    # The body is a few ids: plain repr, not Celery's slower saferepr.
-                    argsrepr="()",
-                    kwargsrepr=repr(message.kwargs),
-                    retry=True,
-                    retry_policy={"max_retries": 2, "interval_start": 0.05},
-                )
+                send(message.task_name, message.kwargs, message.queue)
             except Exception as exc:  # broker trouble: back off these rows, keep going
                 for row_id in message.ids:
                     errors[row_id] = f"{type(exc).__name__}: {exc}"[:500]

@@ -16,12 +16,12 @@ from django.utils import timezone
 import jobs
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
 from jobs import batch, lifecycle, registry
+from jobs.bulk_submit import job_submit_many
 from jobs.claims import job_claim
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.runtime import ExecutionReport, Outcome
 from jobs.services import job_cancel
-from jobs.bulk_submit import job_submit_many
 from jobs.signals import (
     DUPLICATE_DELIVERIES,
     EFFECTS_REUSED,

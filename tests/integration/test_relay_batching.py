@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import redis
 from django.utils import timezone
+from kombu import Producer
 
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
-from jobs.models import Job
 from jobs.bulk_submit import job_submit_many
+from jobs.models import Job
 from outbox.batching import messages_of
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
-from outbox.transport import celery_app
 from tests.harness import PrivateRedis
 from tests.kinds_batch import OTHER_QUEUE
 
@@ -182,15 +182,14 @@ def test_a_batch_message_the_broker_refuses__its_rows_back_off_unmarked(
     error; a single message published in the same sweep is marked."""
     alone = _submit(user, "batch.alone", 1)
     packed = _submit(user, "batch.echo", 3)
-    app = celery_app()
-    real = app.send_task
+    real = Producer.publish
 
-    def refuse_batches(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "jobs.execute_many":
+    def refuse_batches(producer: Producer, body: Any, **kwargs: Any) -> Any:
+        if kwargs["headers"]["task"] == "jobs.execute_many":
             raise ConnectionError("broker said no")
-        return real(name, *args, **kwargs)
+        return real(producer, body, **kwargs)
 
-    monkeypatch.setattr(app, "send_task", refuse_batches)
+    monkeypatch.setattr(Producer, "publish", refuse_batches)
 
     result = outbox_relay_batch()
 
