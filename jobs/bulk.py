@@ -29,7 +29,6 @@ from outbox.models import OutboxEntry
 from outbox.services import outbox_after_commit_many
 
 from . import dispatch, prepared, registry
-from .conf import jobs_settings
 from .models import Job, JobEvent, StoredObject, Tenant
 from .states import JobState
 
@@ -181,18 +180,12 @@ def _messages(
     ):
         queue = queues.get((kind, version))
         if queue is None:
-            spec = registry.kind_version(kind, version)
-            queue = queues[kind, version] = spec.queue if spec else jobs_settings.QUEUE
+            queue = queues[kind, version] = dispatch.execute_queue(kind, version)
         later = due > now
         columns["queue"].append(queue)
         columns["job_id"].append(job_id)
         columns["kwargs"].append(
-            {
-                "job_id": str(job_id),
-                "generation": job_values["generation"],
-                "kind": kind,
-                "kind_version": version,
-            }
+            dispatch.execute_kwargs(job_id, job_values["generation"], kind, version)
         )
         columns["available_at"].append(due)
         columns["reserved_until"].append(reserved if fast and not later else None)

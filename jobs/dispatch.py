@@ -48,21 +48,30 @@ def job_execute_message(
     The message carries the job's id plus hints a worker uses to claim it in one round trip
     (generation, kind, kind version); the database row stays the only truth."""
     job_id = job.job_id if isinstance(job, Lease) else job.pk
-    spec = registry.kind_version(job.kind, job.kind_version)
-    kwargs: dict[str, Any] = {
-        "job_id": str(job_id),
-        "generation": job.generation,
-        "kind": job.kind,
-        "kind_version": job.kind_version,
-    }
     return outbox_entry_new(
         task_name=EXECUTE_TASK,
-        queue=spec.queue if spec else jobs_settings.QUEUE,
+        queue=execute_queue(job.kind, job.kind_version),
         job_id=job_id,
-        kwargs=kwargs,
+        kwargs=execute_kwargs(job_id, job.generation, job.kind, job.kind_version),
         available_at=available_at,
         fast_path=fast_path,
     )
+
+
+def execute_queue(kind: str, kind_version: int) -> str:
+    """The queue of a `jobs.execute` message: the kind's own, else JOBS_QUEUE."""
+    spec = registry.kind_version(kind, kind_version)
+    return spec.queue if spec else jobs_settings.QUEUE
+
+
+def execute_kwargs(job_id: UUID, generation: int, kind: str, kind_version: int) -> dict[str, Any]:
+    """The body of a `jobs.execute` message (the one spelling: single and bulk submits)."""
+    return {
+        "job_id": str(job_id),
+        "generation": generation,
+        "kind": kind,
+        "kind_version": kind_version,
+    }
 
 
 def batch_spec(kwargs: dict[str, Any]) -> registry.KindSpec | None:
@@ -76,9 +85,9 @@ def batch_spec(kwargs: dict[str, Any]) -> registry.KindSpec | None:
     if not isinstance(kind, str) or not isinstance(version, int):
         return None
     spec = registry.kind_version(kind, version)
-    if spec is None or not spec.batch or spec.tenant_limit is not None:
+    if spec is None or not spec.batch or spec.tenant_limit is not None or spec.kind_limit:
         return None
-    return spec if spec.kind_limit is None else None
+    return spec
 
 
 def batchable(kwargs: dict[str, Any]) -> bool:

@@ -115,7 +115,7 @@ def complete_many(completions: list[Completion]) -> set[UUID]:
     return {row["id"] for row in rows}
 
 
-def serial_lock_key(lease: Lease) -> str | None:
+def _handoff_key(lease: Lease) -> str | None:
     """The lock a success of `lease` hands over in `complete_many_handing_over`: its key's
     (None: unkeyed). A keyed job with caps hands over through `job_complete`: ValueError."""
     if lease.serialization_key is None:
@@ -128,7 +128,7 @@ def serial_lock_key(lease: Lease) -> str | None:
 
 def complete_many_handing_over(completions: list[Completion]) -> set[UUID]:
     """`complete_many` for jobs some of which hold a serialization key (none with caps:
-    `serial_lock_key`): in the caller's transaction, one statement completes them all, takes
+    `_handoff_key`): in the caller's transaction, one statement completes them all, takes
     the completed keys' locks and finds each key's next head; each head not leased gets its
     message (one INSERT for all). Returns the ids completed."""
     if not completions:
@@ -137,7 +137,7 @@ def complete_many_handing_over(completions: list[Completion]) -> set[UUID]:
         raise RuntimeError("a keyed group completion runs inside the group commit's transaction")
     rows = prepared.fetchall(
         _COMPLETE_MANY_HAND_OVER_SQL,
-        [*_complete_params(completions), [serial_lock_key(c.lease) for c in completions]],
+        [*_complete_params(completions), [_handoff_key(c.lease) for c in completions]],
     )
     dispatch.next_heads_enqueue(
         [dispatch.head_of([row[f"next_{name}"] for name in dispatch.HEAD_FIELDS]) for row in rows]
