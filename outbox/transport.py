@@ -21,6 +21,7 @@ from kombu.utils.uuid import uuid
 
 from .conf import outbox_settings
 from .exceptions import BrokerNotConfigured
+from .kombu_redis import with_kept_client
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,8 @@ class _Held:
 
     def producer_locked(self) -> Producer:
         if self.producer is None:
-            self.producer = self.app.amqp.Producer(self.app.connection_for_write())
+            connection = with_kept_client(self.app.connection_for_write())
+            self.producer = self.app.amqp.Producer(connection)
         return self.producer
 
     def drop_locked(self) -> None:

@@ -19,6 +19,7 @@ from celery._state import _task_stack
 from django.utils import timezone
 
 import jobs
+import outbox.kombu_redis as kombu_redis
 import outbox.transport as transport
 from demo.procs import free_port
 from jobs.models import Job
@@ -242,3 +243,29 @@ def test_over_rabbitmq__the_message_from_the_sender_is_the_message_send_task_mak
     assert by_sender == by_send_task
     assert by_sender["headers"]["task"] == "jobs.execute"
     assert by_sender["properties"]["delivery_mode"] == 2  # persistent, as send_task's
+
+
+def test_the_kept_producer_over_redis__reuses_one_client__and_follows_a_new_pool(
+    broker: redis.Redis,
+) -> None:
+    """kombu builds a redis-py client per publish; the kept producer's channel builds one per
+    connection pool (outbox.kombu_redis). After kombu drops its pools (what it does when the
+    connection breaks), the next publish builds a client on the new pool, and arrives."""
+    app = celery_app()
+    with task_sender(app) as send:
+        send("jobs.execute", {**KWARGS, "generation": 1}, "jobs")
+        send("jobs.execute", {**KWARGS, "generation": 2}, "jobs")
+    channel = transport._held[app._get_current_object()].producer_locked().channel
+    assert isinstance(channel, kombu_redis.Channel)
+    first = channel._kept_client
+    with task_sender(app) as send:
+        send("jobs.execute", {**KWARGS, "generation": 3}, "jobs")
+    assert channel._kept_client is first and first.connection_pool is channel.pool
+
+    channel._disconnect_pools()
+    with task_sender(app) as send:
+        send("jobs.execute", {**KWARGS, "generation": 4}, "jobs")
+    assert channel._kept_client is not first
+    assert channel._kept_client.connection_pool is channel.pool
+    sent = [json.loads(base64.b64decode(e["body"]))[1] for e in envelopes(broker)]
+    assert [kwargs["generation"] for kwargs in sent] == [1, 2, 3, 4]
