@@ -36,7 +36,7 @@ class Channel(kombu_redis.Channel):
             return
         kept = self._kept_client
         if kept is None or kept.connection_pool is not self.pool:
-            kept = self._kept_client = self._create_client()
+            kept = self._kept_client = self._create_client()  # type: ignore[attr-defined]
         yield kept
 
 
