@@ -51,6 +51,29 @@ def noop(job_id: str, generation: int | None = None) -> None:
     return None
 
 
+STAMP_FILE = os.environ.get("BENCH_RAW_STAMP_FILE", "")
+
+
+@app.task(name="raw.stamp", ignore_result=True, acks_late=True)
+def stamp(job_id: str, generation: int | None = None) -> None:
+    """The latency scenario's raw Celery task: notes when it started (the first thing it
+    does), appended to BENCH_RAW_STAMP_FILE as `<job_id> <epoch>`, after the time is taken."""
+    started = time.time()
+    fd = os.open(STAMP_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, f"{job_id} {started:.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def read_stamps(path: str) -> dict[str, float]:
+    """job_id -> when `raw.stamp` started, from BENCH_RAW_STAMP_FILE."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return {job_id: float(at) for job_id, at in (line.split() for line in handle if line)}
+
+
 TIMES_DIR = os.environ.get("BENCH_RAW_TIMES_DIR", "")
 _span: dict[str, Any] = {}  # this pool process's first start, last end and file
 

@@ -217,7 +217,8 @@ def _tables(results: dict[str, Any]) -> list[str]:
             f"{lat['jobs_per_mode']} paced submits per mode (80-160 ms apart, below the "
             "workers' capacity), rounds of the modes interleaved. The fast path publishes at "
             "once but writes `published_at` with its batched marks (`outbox/marks.py`, every "
-            "`OUTBOX_MARK_INTERVAL` = 50 ms), so its figure is the mark's delay, not the "
+            f"`OUTBOX_MARK_INTERVAL` = {lat.get('mark_interval_s', 0.25) * 1000:.0f} ms), so "
+            "its figure is the mark's delay, not the "
             "publish's: table 5 has the start of the job.",
             "",
             "| mode | p50 ms | p99 ms |",
@@ -471,10 +472,14 @@ def _latency_table(lat: dict[str, Any]) -> list[str]:
         "Split at the moment `jobs.submit` returned in the driver: the submit call "
         "(`created_at` is stamped before the INSERT; then commit and fast-path publish) and "
         "the delivery (return -> the worker's claim: broker, Celery's main process, the pool "
-        "process, the claim statement).",
+        "process, the claim statement). Call -> start runs from the call of `jobs.submit`; "
+        "the raw Celery row is the same for `delay()` of a no-op on a worker of the same shape "
+        "(prefork, 2 processes, prefetch 1, acks_late, no database), paced the same, rounds "
+        "interleaved: what the broker and Celery alone cost here.",
         "",
-        "| mode | p50 ms | p99 ms | submit call p50 / p99 | return -> start p50 / p99 | batched |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| mode | p50 ms | p99 ms | submit call p50 / p99 | return -> start p50 / p99 "
+        "| call -> start p50 / p99 | batched |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     modes = {
         "fast": "fast path (the default)",
@@ -490,8 +495,16 @@ def _latency_table(lat: dict[str, Any]) -> list[str]:
                 f"{_f(row.get('submit_call_p50_ms'), 2)} / "
                 f"{_f(row.get('submit_call_p99_ms'), 2)} | "
                 f"{_f(row.get('return_to_start_p50_ms'), 2)} / "
-                f"{_f(row.get('return_to_start_p99_ms'), 2)} | {row.get('batched_jobs', 'n/a')} |"
+                f"{_f(row.get('return_to_start_p99_ms'), 2)} | "
+                f"{_f(row.get('call_to_start_p50_ms'), 2)} / "
+                f"{_f(row.get('call_to_start_p99_ms'), 2)} | {row.get('batched_jobs', 'n/a')} |"
             )
+    raw = lat.get("raw")
+    if raw:
+        lines.append(
+            "| raw Celery no-op, `delay()` (no database) | | | | | "
+            f"{_f(raw['call_to_start_p50_ms'], 2)} / {_f(raw['call_to_start_p99_ms'], 2)} | |"
+        )
     lines.append("")
     return lines
 
@@ -894,27 +907,39 @@ def _batch_findings(results: dict[str, Any]) -> list[str]:
         )
     lat = results.get("latency", {}).get("fast")
     if lat:
+        raw = results.get("latency", {}).get("raw") or {}
+        floor = (
+            "Raw Celery alone, `delay()` of a no-op on a worker of the same shape with no "
+            f"database, took {raw['call_to_start_p50_ms']:.2f} ms p50 from call to start in "
+            "the same run (durable-jobs from the call of `jobs.submit`: "
+            f"{lat.get('call_to_start_p50_ms', float('nan')):.2f} ms). "
+            if raw
+            else ""
+        )
         lines.append(
             "- **Idle accept -> start**: p50 "
             f"{lat['accept_to_start_p50_ms']:.1f} ms, p99 {lat['accept_to_start_p99_ms']:.1f} "
             f"ms (targets {TARGET_START_P50_MS:.0f} and {TARGET_START_P99_MS:.0f}): the submit "
             f"call {lat['submit_call_p50_ms']:.2f} ms p50, then the delivery "
             f"{lat['return_to_start_p50_ms']:.2f} ms. An idle submit is alone, so it never "
-            "waits for company (column batched: "
-            f"{lat.get('batched_jobs', 0)}). The publish now goes over a producer the process "
-            "keeps, with the message built by Celery's own `create_task_message` from options "
-            "worked out once per task and queue (`outbox/transport.py`; 0.86 against 1.09 ms "
-            "p50 per publish, A/B in one process). What is left, profiled paced: about 0.8 ms "
-            "of Python before the INSERT, 2.1 ms for the INSERT and its commit (about 0.9 ms of "
-            "it the WAL flush a durable accept needs), 0.9 ms of publish; then about 1.1 ms for "
-            "Redis to hand the message to the worker's main process, 0.8 ms to a pool "
-            "process, and 0.9 ms to the `leased` event inside `jobs_claim`. Much of it is the "
-            "machine waking up: the scenario paces submits 80-160 ms apart, and in one process "
-            "the same `jobs.submit` took 1.77 ms p50 with 20 ms between calls against 3.28 ms "
-            "with 120 ms (its INSERT and commit 0.99 against 1.98 ms, its publish 0.49 against "
-            "0.71 ms; a probe beside the run, 2026-12-01 18:40 UTC). kombu's Redis transport "
-            "builds a new redis-py client for every push (about 0.13 ms); reusing one needs "
-            "kombu's private API, so it is left out."
+            f"waits for company (column batched: {lat.get('batched_jobs', 0)}). "
+            + floor
+            + "On this machine a process that slept ~100 ms is slow to wake: a `SELECT 1` "
+            "round trip costs 0.07 ms back to back and 0.70 ms with 100 ms between calls, and "
+            "the path from accept to start wakes seven sleeping processes in turn (the "
+            "database for the INSERT, the submitter for its answer, Redis, Celery's main "
+            "process, Redis again for kombu's unacked write, the pool process, the database "
+            "for the claim). Timed with signal probes on a worker beside the run (2026-12-01 "
+            "19:40 UTC, p50): 0.1-0.3 ms to prepare the values after `created_at` is stamped, "
+            "1.5 ms for the INSERT and its commit (1.1 back to back; the WAL flush a durable "
+            "accept needs is 0.36 of it), 0.5 ms from the commit to the push (fast path, "
+            "Celery's message, kombu), 0.9 ms until Celery's main process has the task "
+            "(kombu's unacked write included), 0.8 ms until the pool process starts it, "
+            "0.15 ms of durable-jobs' wrapper, 0.8 ms until the `leased` event inside "
+            "`jobs_claim`. What durable-jobs adds to raw Celery is the INSERT's and the "
+            "claim's round trips, which its guarantees need. The kept producer's Redis channel "
+            "now builds one redis-py client per pool instead of one per publish "
+            "(`outbox/kombu_redis.py`: 590 -> 355 us per publish back to back)."
         )
     serial = results.get("serial")
     if serial:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import queue
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -464,11 +466,17 @@ def scenario_relay(b: Bench) -> dict[str, Any]:
 
 
 def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
-    """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits.
+    """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits;
+    and call -> start for both and for raw Celery's no-op on a worker of the same shape
+    (prefork, 2 processes, prefetch 1, acks_late): the floor that a message, Celery's main
+    process and a pool process set on this machine, without the database.
 
     with_reuse adds a third mode: the fast path with bench/reuse_app.py's worker (its own
     database and Redis DB number).
     """
+    from bench.raw_app import read_stamps, stamp
+    from outbox.conf import outbox_settings
+
     main = db_name("main")
     rdb = db_name("reuse")
     interval = 1.0
@@ -480,6 +488,7 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     for mode, (db, broker_db) in targets.items():
         use_target(db, b.broker(broker_db))
         owners[mode] = bench_owner()
+    stamps = os.path.join(tempfile.mkdtemp(prefix="bench-raw-stamps-"), "started")
     procs = [
         durable_worker(b, "lat", 2, main),
         b.fleet.spawn(
@@ -487,31 +496,46 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
             [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"],
             b.fleet.env(DATABASE_URL=db_url(main), CELERY_BROKER_URL=b.broker()),
         ),
+        b.fleet.celery_worker(
+            "rawlat",
+            app="bench.raw_app",
+            queue="raw",
+            concurrency=2,
+            env=b.fleet.env(BENCH_BROKER_URL=b.broker(), BENCH_RAW_STAMP_FILE=stamps),
+        ),
     ]
     if with_reuse:
         procs.append(durable_worker(b, "latreuse", 2, rdb, REUSE_BROKER_DB, app="bench.reuse_app"))
     per_round = 30 if b.quick else 50
     rng = random.Random(6)
+    sample_names = ("start", "publish", "submit_call", "return_to_start", "call_to_start")
     samples: dict[str, dict[str, list[float]]] = {
-        mode: {"start": [], "publish": [], "submit_call": [], "return_to_start": []}
-        for mode in targets
+        mode: {name: [] for name in sample_names} for mode in [*targets, "raw"]
     }
     batched = dict.fromkeys(targets, 0)  # jobs claimed by a batch message, not jobs.execute
     conns = {db: pg_connect(db) for db, _ in targets.values()}
     try:
         for r in range(b.rounds):
-            modes = list(targets)
+            modes = [*targets, "raw"]
             modes = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in modes:
+                if mode == "raw":
+                    samples["raw"]["call_to_start"] += _raw_call_to_start(
+                        stamp, read_stamps, stamps, per_round, rng
+                    )
+                    continue
                 db, broker_db = targets[mode]
                 conn = conns[db]
                 use_target(db, b.broker(broker_db))
                 set_fast_path(mode != "relay_only")
                 ids = []
+                called: dict[str, float] = {}  # when jobs.submit was called (epoch)
                 returned: dict[str, float] = {}  # when jobs.submit returned (epoch)
                 for _ in range(per_round):
+                    at = time.time()
                     ids.append(durable_submit(owners[mode]))
                     returned[ids[-1]] = time.time()
+                    called[ids[-1]] = at
                     # Paced well below the workers' capacity: latency, not queueing.
                     time.sleep(rng.uniform(0.08, 0.16))
 
@@ -535,6 +559,7 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
                 for _, job_id, created, leased in start_rows:
                     samples[mode]["submit_call"].append(returned[job_id] - float(created))
                     samples[mode]["return_to_start"].append(float(leased) - returned[job_id])
+                    samples[mode]["call_to_start"].append(float(leased) - called[job_id])
                 marks.flush()  # the fast path's marks are batched: published_at is read next
                 publish_rows = conn.execute(
                     "SELECT extract(epoch FROM min(published_at - created_at)) "
@@ -557,12 +582,19 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
         for p in procs:
             b.fleet.stop(p)
         use_target(main, b.broker())
+        shutil.rmtree(os.path.dirname(stamps), ignore_errors=True)
     out: dict[str, Any] = {
         "jobs_per_mode": per_round * b.rounds,
         "relay_interval_s": interval,
+        "mark_interval_s": outbox_settings.MARK_INTERVAL,
         "worker_concurrency": 2,
+        "raw": {
+            "call_to_start_p50_ms": pct(samples["raw"]["call_to_start"], 50) * 1000,
+            "call_to_start_p99_ms": pct(samples["raw"]["call_to_start"], 99) * 1000,
+        },
     }
-    for mode, data in samples.items():
+    for mode in targets:
+        data = samples[mode]
         out[mode] = {
             "accept_to_start_p50_ms": pct(data["start"], 50) * 1000,
             "accept_to_start_p99_ms": pct(data["start"], 99) * 1000,
@@ -575,8 +607,32 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
             "submit_call_p99_ms": pct(data["submit_call"], 99) * 1000,
             "return_to_start_p50_ms": pct(data["return_to_start"], 50) * 1000,
             "return_to_start_p99_ms": pct(data["return_to_start"], 99) * 1000,
+            # from the call of jobs.submit, as the raw Celery row is from the call of delay()
+            "call_to_start_p50_ms": pct(data["call_to_start"], 50) * 1000,
+            "call_to_start_p99_ms": pct(data["call_to_start"], 99) * 1000,
         }
     return out
+
+
+def _raw_call_to_start(
+    stamp: Any, read_stamps: Any, path: str, count: int, rng: random.Random
+) -> list[float]:
+    """Paced `raw.stamp.delay()` calls, as the durable rounds pace `jobs.submit`: from each
+    call to the moment the task started on the raw worker."""
+    called: dict[str, float] = {}
+    for _ in range(count):
+        token = str(uuid.uuid4())
+        called[token] = time.time()
+        stamp.delay(job_id=token, generation=0)
+        time.sleep(rng.uniform(0.08, 0.16))
+    wait_until(
+        lambda: called.keys() <= read_stamps(path).keys(),
+        timeout=120,
+        interval=0.1,
+        what="raw Celery tasks to start",
+    )
+    started = read_stamps(path)
+    return [started[token] - at for token, at in called.items()]
 
 
 # --- 3 + 4. end to end vs raw Celery vs Procrastinate -------------------------------------
