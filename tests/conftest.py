@@ -27,6 +27,27 @@ def _celery_on_private_redis(session_redis: PrivateRedis) -> None:
     point_celery_at(session_redis.url)
 
 
+@pytest.fixture
+def broker(session_redis: PrivateRedis) -> Iterator[Any]:
+    """A client of the private Redis the in-process Celery app publishes to, emptied first."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=session_redis.port, db=0)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def calls_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where tests/kinds_batch.py's handlers note each call (JOBS_TEST_CALLS_FILE)."""
+    from tests.kinds_batch import CALLS_FILE_ENV
+
+    path = str(tmp_path / "calls.txt")
+    monkeypatch.setenv(CALLS_FILE_ENV, path)
+    return path
+
+
 def redis_flushall(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
         sock.sendall(b"FLUSHALL\r\n")

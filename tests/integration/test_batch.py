@@ -30,19 +30,12 @@ from jobs.signals import (
 )
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
-from tests.kinds_batch import CALLS_FILE_ENV, THIEF, calls
+from tests.kinds_batch import THIEF, calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BATCH_CLAIM = ("leased", "claimed in a batch")
 ONE_CLAIM = ("leased", "claimed")
-
-
-@pytest.fixture
-def calls_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    path = str(tmp_path / "calls.txt")
-    monkeypatch.setenv(CALLS_FILE_ENV, path)
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ commit's one completion statement (jobs_complete_many_hand_over), each still fen
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,16 +18,9 @@ from jobs.runtime import ExecutionReport, Outcome
 from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import wait_until
-from tests.kinds_batch import CALLS_FILE_ENV, THIEF, calls
+from tests.kinds_batch import THIEF, calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def calls_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    path = str(tmp_path / "calls.txt")
-    monkeypatch.setenv(CALLS_FILE_ENV, path)
-    return path
 
 
 @pytest.fixture(autouse=True)

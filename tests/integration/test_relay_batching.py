@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,21 +18,11 @@ from jobs.models import Job
 from outbox.batching import messages_of
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
-from tests.harness import PrivateRedis
 from tests.kinds_batch import OTHER_QUEUE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Message = tuple[str, dict[str, Any]]
-
-
-@pytest.fixture
-def broker(session_redis: PrivateRedis) -> Iterator[redis.Redis]:
-    """The private Redis the in-process Celery app publishes to, emptied first."""
-    client = redis.Redis(host="127.0.0.1", port=session_redis.port, db=0)
-    client.flushdb()
-    yield client
-    client.close()
 
 
 def broker_messages(client: redis.Redis, queue: str = "jobs") -> list[Message]:

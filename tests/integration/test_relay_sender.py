@@ -35,14 +35,6 @@ KWARGS = {"job_id": "0195f0f0-0000-7000-8000-000000000000", "generation": 0, "ki
 
 
 @pytest.fixture
-def broker(session_redis: PrivateRedis) -> Iterator[redis.Redis]:
-    client = redis.Redis(host="127.0.0.1", port=session_redis.port, db=0)
-    client.flushdb()
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def relay_only(settings: Any) -> None:
     settings.OUTBOX_FAST_PATH = False
 

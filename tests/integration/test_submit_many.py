@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,20 +23,11 @@ from jobs.models import Job, JobEvent, StoredObject, Tenant
 from outbox.conf import outbox_settings
 from outbox.models import OutboxEntry
 from outbox.services import outbox_after_commit_many
-from tests.harness import Harness, PrivateRedis, wait_until
+from tests.harness import Harness, wait_until
 from tests.integration.test_relay_batching import broker_messages, job_ids_of
 from tests.kinds_batch import calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def broker(session_redis: PrivateRedis) -> Iterator[redis.Redis]:
-    """The private Redis the in-process Celery app publishes to, emptied first."""
-    client = redis.Redis(host="127.0.0.1", port=session_redis.port, db=0)
-    client.flushdb()
-    yield client
-    client.close()
 
 
 def _plain(user: Any, n: int, kind: str = "batch.echo") -> dict[str, Any]:
