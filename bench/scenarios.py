@@ -474,7 +474,6 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     with_reuse adds a third mode: the fast path with bench/reuse_app.py's worker (its own
     database and Redis DB number).
     """
-    from bench.raw_app import read_stamps, stamp
     from outbox.conf import outbox_settings
 
     main = db_name("main")
@@ -520,9 +519,7 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
             modes = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in modes:
                 if mode == "raw":
-                    samples["raw"]["call_to_start"] += _raw_call_to_start(
-                        stamp, read_stamps, stamps, per_round, rng
-                    )
+                    samples["raw"]["call_to_start"] += _raw_call_to_start(stamps, per_round, rng)
                     continue
                 db, broker_db = targets[mode]
                 conn = conns[db]
@@ -614,11 +611,11 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     return out
 
 
-def _raw_call_to_start(
-    stamp: Any, read_stamps: Any, path: str, count: int, rng: random.Random
-) -> list[float]:
+def _raw_call_to_start(path: str, count: int, rng: random.Random) -> list[float]:
     """Paced `raw.stamp.delay()` calls, as the durable rounds pace `jobs.submit`: from each
-    call to the moment the task started on the raw worker."""
+    call to the moment the task started on the raw worker (which notes it in `path`)."""
+    from bench.raw_app import read_stamps, stamp
+
     called: dict[str, float] = {}
     for _ in range(count):
         token = str(uuid.uuid4())
