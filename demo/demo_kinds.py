@@ -1,6 +1,7 @@
 """Kinds for `manage.py jobs_demo`: the seed's jobs with short leases, so a drill takes seconds.
 
-The demo's workers import this module through env JOBS_HANDLER_MODULES=demo.demo_kinds.
+The demo's workers import this module through env JOBS_HANDLER_MODULES=demo.demo_kinds; it
+registers the drill kinds too (demo.drill_kinds).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from jobs.context import JobContext
 from jobs.registry import handler
 
+from . import drill_kinds  # noqa: F401  (the demo's drills: drill.malformed, drill.notify...)
 from .kinds import REPORT_SCHEMA, report_generate
 
 # Job 84: the same handler as report.generate (artifact, then one notice through the ledger),

@@ -1,4 +1,9 @@
-"""Kinds that misbehave on purpose, for the drills, the demo and the chaos soak."""
+"""Kinds that misbehave on purpose, for the drills, the demo and the chaos soak.
+
+Registered only by naming this module (JOBS_HANDLER_MODULES=demo.drill_kinds, as the tests and
+`manage.py jobs_demo` do): `drill.crash` kills its worker process, so an autodiscovered
+`kinds` module would put a kill switch on the public API. demo.apps refuses them in production.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from jobs.context import JobContext
 from jobs.exceptions import PermanentError, TransientError
 from jobs.registry import handler
 
+from . import api_drill_kinds  # noqa: F401  (drill.read_input)
 from .notify import notify_send
 
 

@@ -1,4 +1,8 @@
-"""Built-in kinds: a no-op for benchmarks and the seed's report job (job 84)."""
+"""Built-in kinds: a no-op for benchmarks and the seed's report job (job 84).
+
+The drills (kinds that crash their worker on purpose) are not here: they register only when
+asked for, through JOBS_HANDLER_MODULES=demo.drill_kinds (demo.apps refuses them in production).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from typing import Any
 from jobs.context import JobContext
 from jobs.registry import handler
 
-from . import api_drill_kinds, drill_kinds  # noqa: F401  (registers the drill kinds)
 from .notify import notify_send
 
 

@@ -70,6 +70,14 @@ class Proc(Child):
         super().stop(timeout)
 
 
+DRILL_MODULE = "demo.drill_kinds"
+
+
+def handler_modules(env: dict[str, str]) -> list[str]:
+    """JOBS_HANDLER_MODULES of a child's environment, as a list."""
+    return [m.strip() for m in env.get("JOBS_HANDLER_MODULES", "").split(",") if m.strip()]
+
+
 @dataclass
 class Harness:
     """Starts real processes against the test database and a broker URL; stops them all."""
@@ -98,6 +106,11 @@ class Harness:
         if self.provider_port:
             env["NOTIFY_PROVIDER_URL"] = f"http://127.0.0.1:{self.provider_port}/notify"
         env.update(extra)
+        # The suite's processes know the drill kinds, as tests.settings makes this one know
+        # them: jobsite.settings alone never registers them.
+        modules = handler_modules(env)
+        if DRILL_MODULE not in modules:
+            env["JOBS_HANDLER_MODULES"] = ",".join([*modules, DRILL_MODULE])
         return env
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:

@@ -25,7 +25,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import ROOT, Harness, Proc, free_port, wait_until
+from tests.harness import (
+    DRILL_MODULE,
+    ROOT,
+    Harness,
+    Proc,
+    free_port,
+    handler_modules,
+    wait_until,
+)
 
 DOCKERFILE = ROOT / "Dockerfile"
 # What compose.yaml's `proxy` sends; the app trusts it through DJANGO_PROXY_SSL_HEADER.
@@ -50,6 +58,9 @@ def dockerfile_env() -> dict[str, str]:
 def production_env(base: dict[str, str], static_root: Path, **extra: str) -> dict[str, str]:
     # The browser tests allow the ORM in their own event loop; the server must not inherit it.
     base = {k: v for k, v in base.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    # A production process refuses the drill kinds (demo.apps); the image names none.
+    modules = [m for m in handler_modules(base) if m != DRILL_MODULE]
+    base["JOBS_HANDLER_MODULES"] = ",".join(modules)
     return {
         **base,
         **dockerfile_env(),

@@ -52,3 +52,8 @@ if not os.environ.get(SCRUBBED):
     os.environ[SCRUBBED] = "1"
 
 from jobsite.settings import *  # noqa: E402,F403
+
+# The suite submits the drill kinds (drill.crash, drill.malformed, ...), as `manage.py
+# jobs_demo` does; jobsite.settings alone never registers them (demo.apps refuses them in
+# production). Workers the suite starts read this module too.
+JOBS_HANDLER_MODULES = [*globals().get("JOBS_HANDLER_MODULES", []), "demo.drill_kinds"]
