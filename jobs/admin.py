@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
@@ -209,7 +210,7 @@ class JobAdmin(ReadOnlyAdmin):
         "owner",
         "worker",
         "created_at",
-        "finished_at",
+        "finished",
     )
     list_filter = ("state", KindFilter, "tenant", "created_at")
     list_select_related = ("tenant", "owner")
@@ -226,7 +227,19 @@ class JobAdmin(ReadOnlyAdmin):
         return super().get_ordering(request)
 
     # Input and result are visible to staff here only; never in logs or metrics.
-    readonly_fields = [f.name for f in Job._meta.fields]
+    readonly_fields = ["finished" if f.name == "finished_at" else f.name for f in Job._meta.fields]
+    exclude = ("finished_at",)  # shown by `finished`, in its place
+
+    @admin.display(description="finished at", ordering="finished_at")
+    def finished(self, obj: Job) -> str:
+        """When it finished, as the API says it: a quarantined job keeps `finished_at` empty
+        (it may be redriven) and finished when it was quarantined, its row's last write
+        (jobs.api.serializers.JobSerializer.to_representation)."""
+        at = obj.finished_at
+        if at is None and obj.job_state is JobState.QUARANTINED:
+            at = obj.updated_at
+        # Formatted here: the change page shows a method's value as text.
+        return str(display_for_value(at, self.get_empty_value_display()))
 
     @admin.display(description="worker")
     def worker(self, obj: Job) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import display_for_value
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
@@ -184,6 +187,31 @@ def test_job_page_shows_ledger_events_and_quarantine__read_only_inlines(user: An
     assert "malformed payload: document_id must be an integer" in text  # the quarantine inline
     assert f"/admin/jobs/effectledgerentry/?q={record.job_id}" in text
     assert 'name="_save"' not in text and "effectledgerentry_set-0-name" not in text
+
+
+def _admin_field(page: str, label: str) -> str:
+    """The shown value of a read-only field on an admin change page."""
+    found = re.search(
+        rf"<label>{re.escape(label)}:</label>\s*<div class=\"readonly\">(.*?)</div>", page, re.S
+    )
+    assert found, f"no read-only field {label!r}"
+    return found.group(1).strip()
+
+
+def test_job_page_shows_when_it_finished__quarantined_job_as_the_api_says(user: Any) -> None:
+    record = quarantined_job(user, 0)
+    api = Client()
+    api.force_login(user)
+    finished = api.get(f"/api/jobs/{record.job_id}/").json()["finished_at"]
+    assert finished is not None
+    shown = display_for_value(datetime.fromisoformat(finished), "-")
+    client = staff_client(can_redrive=False)
+
+    page = client.get(f"/admin/jobs/job/{record.job_id}/change/").content.decode()
+    listed = client.get("/admin/jobs/job/?state__exact=quarantined").content.decode()
+
+    assert _admin_field(page, "Finished at") == shown
+    assert f'<td class="field-finished">{shown}</td>' in listed
 
 
 def test_job_page_caps_each_inline__more_events_than_the_cap(user: Any) -> None:
