@@ -156,3 +156,25 @@ def test_api_docs_render_without_internet__swagger_ui_and_redoc(
     page.screenshot(path=str(ARTIFACTS / "api-redoc-offline.png"))
     assert refused == [], refused
     page.close()
+
+
+def test_redoc_asks_nothing_of_another_host__no_console_error(
+    server: ProductionServer, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    refused = _offline(page)
+    requested: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    page.goto(f"{server.url}/api/redoc/")
+    # The sidebar's last line, where ReDoc puts its attribution and the Redocly logo.
+    page.wait_for_selector("text=API docs by Redocly", timeout=30_000)
+    page.wait_for_load_state("networkidle")
+
+    off_site = [u for u in requested if urlsplit(u).hostname not in {"127.0.0.1", None}]
+    assert off_site == [] and refused == [], off_site + refused
+    assert errors == [], errors
+    page.close()
