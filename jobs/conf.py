@@ -43,6 +43,12 @@ class JobsSettings(AppSettings):
         ),
         "DEFAULT_LEASE_SECONDS": Setting(30.0, "Lease of a kind that names none.", positive=True),
         "MAX_INPUT_BYTES": Setting(64 * 1024, "Largest JSON input of one job.", positive=True),
+        "MAX_INPUT_DEPTH": Setting(
+            64,
+            "Deepest nesting of arrays and objects in a job's input (an API body may nest one "
+            "level more); keep it far below Python's recursion limit.",
+            positive=True,
+        ),
         "MAX_OBJECT_BYTES": Setting(
             10 * 1024 * 1024, "Largest upload to /api/objects/.", positive=True
         ),
@@ -90,6 +96,7 @@ class JobsSettings(AppSettings):
     DEFAULT_LEASE_SECONDS: float
     BATCH_BUDGET_SECONDS: float
     MAX_INPUT_BYTES: int
+    MAX_INPUT_DEPTH: int
     MAX_OBJECT_BYTES: int
     REAP_INTERVAL: float
     RECONCILE_INTERVAL: float

@@ -32,6 +32,7 @@ from .lifecycle import (
     job_retry_schedule,
 )
 from .models import Job, JobEvent, StoredObject, Tenant
+from .nesting import input_depth_check
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
@@ -183,10 +184,14 @@ def _job_check(
 ) -> tuple[registry.KindSpec, str]:
     """Check a submission (size, schema, tenant of referenced rows): its kind and fingerprint."""
     spec = registry.kind_latest(kind)
-    encoded = _canonical(input)
-    if len(encoded.encode()) > jobs_settings.MAX_INPUT_BYTES:
+    try:
+        encoded: bytes | None = _canonical(input).encode()
+    except RecursionError:  # json's own bound, far beyond JOBS_MAX_INPUT_DEPTH
+        encoded = None
+    encoded = input_depth_check(encoded)
+    if len(encoded) > jobs_settings.MAX_INPUT_BYTES:
         raise InputTooLarge(
-            f"input is {len(encoded.encode())} bytes, over JOBS_MAX_INPUT_BYTES="
+            f"input is {len(encoded)} bytes, over JOBS_MAX_INPUT_BYTES="
             f"{jobs_settings.MAX_INPUT_BYTES}; upload it and pass an object reference"
         )
     spec.validate(input)

@@ -23,7 +23,7 @@ from rest_framework.authentication import (
 from rest_framework.metadata import BaseMetadata, SimpleMetadata
 from rest_framework.negotiation import BaseContentNegotiation, DefaultContentNegotiation
 from rest_framework.pagination import BasePagination
-from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
@@ -33,6 +33,7 @@ from rest_framework.versioning import BaseVersioning
 from rest_framework.views import APIView
 
 from .errors import api_exception_handler
+from .parsers import DepthLimitedJSONParser
 from .throttles import TenantRateThrottle, UserRateThrottle
 
 if TYPE_CHECKING:
@@ -54,8 +55,12 @@ class LibraryApiSettings(APIView):
     permission_classes: Sequence[_PermissionClass] = [IsAuthenticated]
     throttle_classes: Sequence[type[BaseThrottle]] = [UserRateThrottle, TenantRateThrottle]
     renderer_classes: Sequence[type[BaseRenderer]] = [JSONRenderer]
-    # DRF's defaults; a view that takes one body type narrows them.
-    parser_classes: Sequence[type[BaseParser]] = [JSONParser, FormParser, MultiPartParser]
+    # DRF's defaults, JSON with its nesting bounded; a view that takes one body type narrows them.
+    parser_classes: Sequence[type[BaseParser]] = [
+        DepthLimitedJSONParser,
+        FormParser,
+        MultiPartParser,
+    ]
     content_negotiation_class: type[BaseContentNegotiation] = DefaultContentNegotiation
     metadata_class: str | type[BaseMetadata] | None = SimpleMetadata
     versioning_class: type[BaseVersioning] | None = None

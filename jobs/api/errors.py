@@ -35,6 +35,17 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
+class LengthRequired(exceptions.APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = "A request body needs a Content-Length."
+    default_code = "length_required"
+
+
+class NestingTooDeep(exceptions.ParseError):
+    default_detail = "The JSON body nests too deeply."
+    default_code = "too_deep"
+
+
 class InvalidHeader(exceptions.APIException):
     status_code = status.HTTP_400_BAD_REQUEST
     default_detail = "A request header has an invalid value."

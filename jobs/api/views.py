@@ -10,10 +10,10 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ParseError, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -33,6 +33,7 @@ from .fields import (
     PAGE_SIZE_DEFAULT,
     regex_for_schema,
 )
+from .parsers import DepthLimitedJSONParser, body_length
 from .selectors import (
     job_visible_or_404,
     job_wait_for_status_change,
@@ -82,7 +83,8 @@ _IDEMPOTENCY_KEY = OpenApiParameter(
 
 
 class ApiView(LibraryApiSettings, GenericAPIView):  # type: ignore[type-arg,unused-ignore]
-    """Refuses an oversized raw body before anything reads it (413, not a memory spike)."""
+    """Refuses an oversized raw body before anything reads it (413, not a memory spike); a
+    chunked body is measured first (jobs.api.parsers.body_length)."""
 
     max_body_bytes: int | None = None
 
@@ -90,14 +92,10 @@ class ApiView(LibraryApiSettings, GenericAPIView):  # type: ignore[type-arg,unus
         return self.max_body_bytes
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        limit = self.body_limit()
-        if limit is not None and request.method in {"POST", "PUT", "PATCH"}:
-            raw = request.META.get("CONTENT_LENGTH") or "0"
-            try:
-                length = int(raw)
-            except ValueError:
-                raise ParseError("Content-Length is not a number") from None
-            if length > limit:
+        if request.method in {"POST", "PUT", "PATCH"}:
+            length = body_length(request._request)
+            limit = self.body_limit()
+            if limit is not None and length > limit:
                 raise PayloadTooLarge(f"request body is {length} bytes, over the limit of {limit}")
         super().initial(request, *args, **kwargs)
 
@@ -153,7 +151,7 @@ class JobListCreateView(ApiView):
     serializer_class = JobStatusSerializer
     pagination_class = JobPagination
 
-    parser_classes = [JSONParser]
+    parser_classes = [DepthLimitedJSONParser]
 
     def body_limit(self) -> int:
         return int(jobs_settings.MAX_INPUT_BYTES) + ENVELOPE_BYTES
