@@ -212,9 +212,11 @@ def _commit_one(job: Claimed, verdict: Verdict) -> bool:
         )
     except LeaseLost:
         return False
-    except Exception as exc:
-        # A local effect failed: its savepoint rolled back; this job fails as if its handler
-        # had raised (retry or quarantine), and its siblings still commit.
+    except BaseException as exc:
+        if runtime.stops_the_worker(exc):
+            raise
+        # A local effect failed (a sys.exit() in one too): its savepoint rolled back; this
+        # job fails as if its handler had raised (retry or quarantine), its siblings commit.
         failed = runtime.failure_verdict(job.lease, job.spec, exc)
         job.verdict = failed
         return failed.exit is not None and lifecycle.leave_in_savepoint(job.lease, failed.exit)

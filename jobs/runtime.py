@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+# billiard >= 4.3 (celery 5.7 requires it); the stubs of celery-types predate it.
+from billiard.common import terminate_handler_fired  # type: ignore[attr-defined,unused-ignore]
+from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
@@ -159,17 +162,41 @@ class Verdict:
     log: str = ""
 
 
+# Raised to stop the worker itself (Celery's warm and cold shutdown, Ctrl-C, a generator closed
+# under the handler): never the job's failure. Both Celery exceptions are SystemExits.
+_WORKER_STOPS: tuple[type[BaseException], ...] = (
+    WorkerShutdown,
+    WorkerTerminate,
+    KeyboardInterrupt,
+    GeneratorExit,
+)
+
+
+def stops_the_worker(error: BaseException) -> bool:
+    """Whether `error` is the worker's own shutdown, which must unwind the process, rather
+    than the job's failure (a handler's `sys.exit()`, any other exception).
+
+    In a prefork pool process, billiard's terminate-signal handler raises a plain SystemExit
+    after setting its flag; whatever arrives once the flag is set is that shutdown."""
+    return isinstance(error, _WORKER_STOPS) or terminate_handler_fired()
+
+
 def call_handler(
     spec: registry.KindSpec, ctx: JobContext, job_input: Any
 ) -> tuple[Any, BaseException | None]:
     """Validate the input and run the handler: (result, None) or (None, the error).
-    LeaseLost propagates: the lease is gone, nothing of this attempt may be written."""
+
+    A handler's SystemExit (or another BaseException of its own) is its error like any
+    other: Celery's pool would let it end the process. The worker's own shutdown and
+    LeaseLost propagate: nothing of this attempt may be written."""
     try:
         spec.validate(job_input)
         return spec.fn(ctx, job_input), None
     except LeaseLost:
         raise
-    except Exception as exc:
+    except BaseException as exc:
+        if stops_the_worker(exc):
+            raise
         return None, exc
 
 
@@ -214,13 +241,30 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
     verdict = judge(lease, spec, ctx, result, error)
     if verdict.outcome is Outcome.STALE:
         raise LeaseLost(f"job {lease.job_id}: lease lost while running")
+    if verdict.completion is not None:
+        failpoint("worker.after_effect_before_complete")
+        verdict = _complete(spec, verdict.completion, verdict)
     if verdict.exit is not None:
         lifecycle.leave(lease, verdict.exit)
-    elif verdict.completion is not None:
-        failpoint("worker.after_effect_before_complete")
-        lifecycle.job_complete(lease, result=result, local_effects=list(verdict.local_effects))
     log_verdict(lease, verdict)
     return verdict.outcome
+
+
+def _complete(
+    spec: registry.KindSpec, completion: lifecycle.Completion, verdict: Verdict
+) -> Verdict:
+    """Commit a success. A local effect that raises rolls the completion back and fails the
+    job as if its handler had raised (as in a batch's group commit): the failure's verdict."""
+    lease, local_effects = completion.lease, list(verdict.local_effects)
+    try:
+        lifecycle.job_complete(lease, result=completion.result, local_effects=local_effects)
+    except LeaseLost:
+        raise
+    except BaseException as exc:
+        if not local_effects or stops_the_worker(exc):
+            raise
+        return failure_verdict(lease, spec, exc)
+    return verdict
 
 
 def log_verdict(lease: Lease, verdict: Verdict) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +66,12 @@ def user_exists(username: str) -> bool:
 @task(max_attempts=1)
 def explode(message: str) -> None:
     raise ValueError(message)
+
+
+@task(max_attempts=1, lease_seconds=60)  # a long lease: its expiry cannot end it
+def script_exit(code: int) -> None:
+    """A ported script's `sys.exit()`: a failure of this task, not of the worker process."""
+    sys.exit(code)
 
 
 @task

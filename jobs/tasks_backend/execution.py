@@ -4,7 +4,8 @@ The kind's handler (KindSpec.fn) reads the task's result as it stands (RUNNING, 
 claim counted), sends `task_started`, calls the function with the stored arguments (and a
 DurableTaskContext when `takes_context=True`), and returns `{"return_value": ...}` after its
 JSON round trip. An exception raised by the function is classified like any handler's
-(jobs.retry): TransientError and unclassified errors are retried within the budget,
+(jobs.retry): TransientError and unclassified errors (a `sys.exit()` too, as Django's
+immediate backend counts it: jobs.runtime.call_handler) are retried within the budget,
 PermanentError is quarantined at once. `task_finished` is sent once a final outcome
 (succeeded, quarantined, cancelled) committed; a retry is not a finish.
 """
