@@ -7,12 +7,10 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -23,8 +21,8 @@ from jobs.models import (
     Job,
     JobEvent,
     QuarantineRecord,
-    WorkerHeartbeat,
 )
+from jobs.ops.workers import workers_live
 from jobs.reaper import jobs_reap
 from jobs.signals import (
     DUPLICATE_DELIVERIES,
@@ -131,12 +129,10 @@ class Demo:
 
     def warn_if_shared(self) -> None:
         """Another deployment's relay and beat on this database would take the demo's retries."""
-        interval = float(getattr(settings, "JOBS_WORKER_HEARTBEAT_INTERVAL", 15))
-        recent = timezone.now() - timedelta(seconds=2 * interval + 5)
+        # Live by the workers' own rule: a stopped `make run` removed its rows, a killed one
+        # stops counting a couple of heartbeat intervals after its last write.
         others = sorted(
-            WorkerHeartbeat.objects.filter(seen_at__gte=recent)
-            .exclude(name__startswith="demo-")
-            .values_list("name", flat=True)
+            workers_live().exclude(name__startswith="demo-").values_list("name", flat=True)
         )
         if others:
             self.say(

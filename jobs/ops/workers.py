@@ -4,6 +4,10 @@ Sightings for /ops/: a small daemon thread in the worker's main process (started
 `worker_ready`, stopped on `worker_shutdown`) upserts the worker's WorkerHeartbeat row every
 JOBS_WORKER_HEARTBEAT_INTERVAL seconds on its own database connection. Pool children never
 write: one row per worker, not per process.
+
+Liveness: a worker that stops cleanly removes its row, so it is gone at once; one that died
+(SIGKILL, a lost host) stops writing and counts as gone LIVE_INTERVALS heartbeat intervals
+after its last write (`workers_live`).
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import logging
 import os
 import socket
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.models import WorkerHeartbeat
@@ -26,6 +31,18 @@ from ..identity import worker_identity
 logger = logging.getLogger(__name__)
 
 _thread: WorkerHeartbeatThread | None = None
+
+# A live worker's row is at most one interval old, plus its write's own time; older than two
+# intervals, the worker missed a write and then some: it is gone (or cannot reach the
+# database, which for its jobs is the same).
+LIVE_INTERVALS = 2
+
+
+def workers_live(*, interval: float | None = None) -> QuerySet[WorkerHeartbeat]:
+    """Workers that wrote their row within LIVE_INTERVALS heartbeat intervals."""
+    every = jobs_settings.WORKER_HEARTBEAT_INTERVAL if interval is None else interval
+    cutoff = timezone.now() - timedelta(seconds=LIVE_INTERVALS * every)
+    return WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).order_by("name")
 
 
 def worker_heartbeat_record(*, name: str, started_at: datetime) -> None:
@@ -67,6 +84,14 @@ class WorkerHeartbeatThread(threading.Thread):
         self.join(timeout=5)
 
 
+def worker_heartbeat_forget(*, name: str) -> None:
+    """Remove this process's row: a worker that stopped is not seen any more. Another live
+    process under the same name (another host) keeps its row."""
+    WorkerHeartbeat.objects.filter(
+        name=name, hostname=socket.gethostname(), pid=os.getpid()
+    ).delete()
+
+
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """celery.signals.worker_ready: start writing sightings for this worker."""
     global _thread
@@ -79,8 +104,15 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
 
 
 def on_worker_shutdown(sender: Any = None, **kwargs: Any) -> None:
-    """celery.signals.worker_shutdown: stop the thread (the row ages out of "recent")."""
+    """celery.signals.worker_shutdown: stop the thread, then remove the worker's row."""
     global _thread
-    if _thread is not None:
-        _thread.stop()
-        _thread = None
+    if _thread is None:
+        return
+    thread, _thread = _thread, None
+    thread.stop()  # joined first: no write of its own can bring the row back
+    try:
+        worker_heartbeat_forget(name=thread.worker_name)
+    except Exception:  # the database may be away: the row then ages out of workers_live
+        logger.exception("worker heartbeat removal failed")
+    finally:
+        connection.close()
