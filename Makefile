@@ -30,12 +30,14 @@ services:
 	@bash scripts/ensure-services.sh
 
 # RabbitMQ is started only when asked for (JOBS_NEED_RABBITMQ=1, as .ci/run does) or when
-# CELERY_BROKER_URL is an amqp:// URL.
+# CELERY_BROKER_URL is an amqp:// URL. Static files are collected for the storage DJANGO_ENV
+# selects: under DJANGO_ENV=production hashed, compressed and with the manifest production's
+# web server refuses to start without (docs/operations.md, "Static files").
 setup: $(VENV)/.installed services
 	@$(BIN)/python scripts/create_database.py
 	@$(BIN)/python manage.py migrate --noinput -v 0
 	@$(BIN)/python manage.py collectstatic --noinput -v 0
-	@echo "setup done: $(DATABASE_URL)"
+	@echo "setup done: $(DATABASE_URL), static files for $${DJANGO_ENV:-development}"
 
 # The web server is gunicorn with uvicorn workers (jobsite/gunicorn.py), as in production;
 # static files are served by WhiteNoise.

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
+
+from jobsite.checks import require_static_manifest
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 # Persistent connections leak under ASGI (each request runs its sync code in a thread of its
@@ -16,3 +19,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 # connection back between reads. DATABASE_POOL_SIZE=N changes the size per process.
 os.environ.setdefault("DATABASE_POOL_SIZE", "10")
 application = get_asgi_application()
+if settings.PRODUCTION:
+    # Every page that links a stylesheet would answer 500 (jobsite/checks.py): refuse.
+    require_static_manifest()

@@ -8,6 +8,7 @@ from pathlib import Path
 import dj_database_url
 import pythonjsonlogger.core
 
+import jobsite.checks  # noqa: F401  (registers the project's deploy checks)
 from jobsite import deploy
 from jobsite.envsettings import library_settings_from_env
 
@@ -118,6 +119,8 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 # `manage.py collectstatic` fills it (`make setup`, the Dockerfile); WhiteNoise serves it.
+# Production needs it collected with production settings: `check --deploy` and the web
+# server refuse a STATIC_ROOT without the manifest (jobsite/checks.py).
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
 # Uploads (/api/objects/) and write-once artifacts: every web and worker process must see the
 # same directory (compose.yaml mounts one volume at /app/var/media in all of them).

@@ -1,4 +1,5 @@
-"""DJANGO_ENV=production: `check --deploy` is clean, and no default secret gets in.
+"""DJANGO_ENV=production: `check --deploy` is clean, no default secret gets in, and static
+files collected for development are refused (by the check and by the web server).
 
 Each case starts a real process (manage.py, Flower) with the environment compose.yaml and the
 Dockerfile give it, so the refusal is what an operator would see at start-up.
@@ -7,17 +8,28 @@ Dockerfile give it, so the refusal is what an operator would see at start-up.
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
 import secrets
+import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobsite.deploy import DEV_FLOWER_BASIC_AUTH, DEV_SECRET_KEY
 from tests.harness import ROOT, Harness, free_port, wait_until
+from tests.production_server import (
+    collect_static,
+    dockerfile_cmd,
+    production_env,
+    production_server,
+)
 
 STRONG_KEY = secrets.token_urlsafe(50)
 
@@ -35,10 +47,97 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_check_deploy_reports_nothing__production_settings() -> None:
-    done = _manage("check", "--deploy", DJANGO_ENV="production", DJANGO_SECRET_KEY=STRONG_KEY)
+@pytest.fixture(scope="module")
+def production_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """STATIC_ROOT collected with the production storage (hashed names and a manifest)."""
+    root = tmp_path_factory.mktemp("static-production")
+    collect_static(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def development_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """STATIC_ROOT collected as `make setup` collects without DJANGO_ENV: no manifest."""
+    root = tmp_path_factory.mktemp("static-development")
+    done = _manage("collectstatic", "--noinput", "-v", "0", DJANGO_STATIC_ROOT=str(root))
+    assert done.returncode == 0, done.stderr
+    assert (root / "admin" / "css" / "base.css").exists()
+    return root
+
+
+def test_check_deploy_reports_nothing__production_settings(production_static: Path) -> None:
+    done = _manage(
+        "check",
+        "--deploy",
+        DJANGO_ENV="production",
+        DJANGO_SECRET_KEY=STRONG_KEY,
+        DJANGO_STATIC_ROOT=str(production_static),
+    )
     assert done.returncode == 0, done.stderr
     assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_check_deploy_names_the_fix__static_files_collected_for_development(
+    development_static: Path,
+) -> None:
+    done = _manage(
+        "check",
+        "--deploy",
+        DJANGO_ENV="production",
+        DJANGO_SECRET_KEY=STRONG_KEY,
+        DJANGO_STATIC_ROOT=str(development_static),
+    )
+    assert done.returncode != 0, done.stdout
+    assert "jobsite.E001" in done.stderr, done.stderr[-2000:]
+    assert str(development_static / "staticfiles.json") in done.stderr
+    assert "DJANGO_ENV=production python manage.py collectstatic" in done.stderr
+
+
+def test_check_deploy_names_a_missing_file__manifest_older_than_the_apps(
+    production_static: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "static"
+    shutil.copytree(production_static, root)
+    manifest = json.loads((root / "staticfiles.json").read_text())
+    del manifest["paths"]["admin/css/base.css"]  # as if an upgrade brought the file
+    (root / "staticfiles.json").write_text(json.dumps(manifest))
+
+    done = _manage(
+        "check",
+        "--deploy",
+        DJANGO_ENV="production",
+        DJANGO_SECRET_KEY=STRONG_KEY,
+        DJANGO_STATIC_ROOT=str(root),
+    )
+    assert done.returncode != 0, done.stdout
+    assert "jobsite.E002" in done.stderr and "admin/css/base.css" in done.stderr, done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_web_server_refuses_to_start__static_files_collected_for_development(
+    harness: Harness, development_static: Path
+) -> None:
+    argv = dockerfile_cmd()
+    argv[argv.index("--bind") + 1] = f"127.0.0.1:{free_port()}"
+    argv[0] = str(Path(sys.executable).with_name(argv[0]))
+    env = production_env(harness.base_env(), development_static)
+    web = harness.spawn("web-uncollected", argv, env)
+    wait_until(lambda: not web.alive(), timeout=60, what="the web server to refuse")
+    assert web.popen.returncode != 0
+    assert "jobsite.E001" in web.log() and "collectstatic" in web.log(), web.log()[-3000:]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_answers_200__production_collect_then_production_server(
+    harness: Harness, production_static: Path, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    with production_server(harness, production_static) as server:
+        status, _, body = server.get("/admin/login/")
+        assert status == 200, body[-2000:]
+        (stylesheet,) = re.findall(rb'href="(/static/admin/css/base\.[0-9a-f]{12}\.css)"', body)
+        status, headers, _ = server.get(stylesheet.decode())
+        assert status == 200 and headers["content-type"].startswith("text/css")
 
 
 def test_development_needs_no_environment__check_runs() -> None:
@@ -86,7 +185,10 @@ def _flower(harness: Harness, port: int, **env: str) -> subprocess.Popen[bytes]:
         "--address=127.0.0.1",
         f"--port={port}",
     ]
-    return harness.spawn("flower", argv, harness.base_env(**env)).popen
+    child_env = harness.base_env(**env)
+    # A production process refuses the drill kinds (demo/apps.py); Flower needs no kinds.
+    child_env["JOBS_HANDLER_MODULES"] = ""
+    return harness.spawn("flower", argv, child_env).popen
 
 
 @pytest.mark.django_db(transaction=True)
