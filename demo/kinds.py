@@ -21,11 +21,28 @@ def noop(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
 
 
 REPORT_SCHEMA = {
+    # Bounded so that the largest valid input fits JOBS_MAX_INPUT_BYTES (64 KiB by default)
+    # even with every character escaped (12 bytes for one outside the BMP): at most about
+    # 61 KB, and the request around it fits the API's body limit. 10,000 rows of anything
+    # were allowed here, and a 413 came long before.
     "type": "object",
     "properties": {
         "title": {"type": "string", "minLength": 1, "maxLength": 200},
-        "rows": {"type": "array", "items": {"type": "array"}, "maxItems": 10000},
-        "reviewer": {"type": "integer"},
+        "rows": {
+            "type": "array",
+            "maxItems": 50,
+            "items": {
+                "type": "array",
+                "maxItems": 8,
+                "items": {
+                    "anyOf": [
+                        {"type": "string", "maxLength": 12},
+                        {"type": "number", "minimum": -(10**15), "maximum": 10**15},
+                    ]
+                },
+            },
+        },
+        "reviewer": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
     },
     "required": ["title"],
     "additionalProperties": False,

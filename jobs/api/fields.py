@@ -21,6 +21,9 @@ IDEMPOTENCY_KEY_PATTERN = r"\A[!-~]+\Z"
 IDEMPOTENCY_KEY_MAX_LENGTH = 200
 # PostgreSQL text cannot hold U+0000; everything else is the client's business.
 NO_NUL_PATTERN = r"\A[^\x00]+\Z"
+# What a string anywhere in a job's input is held to (JobSubmitSerializer.validate_input), in
+# the spelling drf-spectacular publishes NO_NUL_PATTERN in.
+NO_NUL_SCHEMA_PATTERN = "^[^\\u0000]*$"
 SLUG_PATTERN = r"\A[-a-zA-Z0-9_]+\Z"
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200

@@ -15,7 +15,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from jobs import registry
 from jobs.exceptions import ValidationFailed
 
-from .fields import KIND_PATTERN
+from .fields import KIND_PATTERN, NO_NUL_SCHEMA_PATTERN
 
 # The keywords that mean the same in an OpenAPI 3.0 Schema Object and in the JSON Schema the
 # registry validates with. A kind's input schema that uses others (`const`, `$defs`, numeric
@@ -89,12 +89,39 @@ def _submit_of_kind(kind: str) -> dict[str, Any]:
     properties: dict[str, Any] = {"kind": {"allOf": [{"type": "string", "enum": [kind]}]}}
     required = ["kind"]
     if spec.input_schema is not None and _is_openapi_30(spec.input_schema):
-        properties["input"] = spec.input_schema
+        properties["input"] = _strings_without_nul(spec.input_schema)
         try:
             spec.validate({})
         except ValidationFailed:
             required.append("input")  # `input` defaults to {}, which this kind refuses
     return {"title": kind, "type": "object", "properties": properties, "required": required}
+
+
+def _strings_without_nul(schema: Any) -> Any:
+    """A kind's input schema as the API holds it: no string in the input may contain U+0000
+    (JobSubmitSerializer.validate_input), so each string schema says so with a pattern.
+
+    Not under `not`, where the added rule would turn around; property names cannot be
+    constrained in OpenAPI 3.0 (no propertyNames), the input's description says it.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    published = dict(schema)
+    if "properties" in published:
+        published["properties"] = {
+            name: _strings_without_nul(sub) for name, sub in published["properties"].items()
+        }
+    for key in ("items", "additionalProperties"):
+        if key in published:
+            published[key] = _strings_without_nul(published[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in published:
+            published[key] = [_strings_without_nul(sub) for sub in published[key]]
+    if published.get("type") != "string" or "enum" in published:
+        return published
+    if "pattern" in published:  # both patterns must hold
+        return {"allOf": [published, {"pattern": NO_NUL_SCHEMA_PATTERN}]}
+    return {**published, "pattern": NO_NUL_SCHEMA_PATTERN}
 
 
 def _is_openapi_30(schema: Any) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
+from rest_framework.utils import html
 
 from jobs.models import Job, StoredObject
 from jobs.states import CLIENT_STATUS, FINISHED, ClientStatus, JobState
@@ -44,6 +46,7 @@ class ClosedSerializer(serializers.Serializer):
         refused: dict[str, Any] = {
             name: [ErrorDetail("unknown field", code="invalid")] for name in unknown
         }
+        refused.update(_repeated_parts(data, self.fields))
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
@@ -53,6 +56,18 @@ class ClosedSerializer(serializers.Serializer):
         if refused:
             raise serializers.ValidationError(refused)
         return value
+
+
+def _repeated_parts(data: Any, fields: Iterable[str]) -> dict[str, Any]:
+    """A form field given more than once: each field takes one value (the schema's), and a
+    form would otherwise keep the last one silently."""
+    if not html.is_html_input(data):
+        return {}
+    return {
+        name: [ErrorDetail(f"give this field once, not {count} times", code="invalid")]
+        for name in fields
+        if (count := len(data.getlist(name))) > 1
+    }
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -77,7 +92,9 @@ class JobSubmitSerializer(ClosedSerializer):
         child=serializers.JSONField(allow_null=True),
         required=False,
         default=dict,
-        help_text="JSON object checked against the kind's schema.",
+        help_text="JSON object checked against the kind's schema. No string in it, keys "
+        "included, may contain U+0000, and it nests at most JOBS_MAX_INPUT_DEPTH levels of "
+        "arrays and objects (64 unless the server says otherwise): a 400 otherwise.",
     )
     input_ref = StrictUUIDField(
         required=False,
