@@ -183,7 +183,11 @@ def token() -> str:
 
 
 def _post(
-    server: ProductionServer, token: str, chunks: list[bytes], path: str = "/api/jobs/"
+    server: ProductionServer,
+    token: str,
+    chunks: list[bytes],
+    path: str = "/api/jobs/",
+    content_type: str = "application/json",
 ) -> tuple[int, dict[str, Any]]:
     """POST `chunks` with Transfer-Encoding: chunked and no Content-Length."""
     conn = server.connection(timeout=30)
@@ -191,7 +195,7 @@ def _post(
         headers = {
             **PROXY_HEADERS,
             "Authorization": f"Token {token}",
-            "Content-Type": "application/json",
+            "Content-Type": content_type,
             "Transfer-Encoding": "chunked",
         }
         conn.request("POST", path, body=iter(chunks), headers=headers, encode_chunked=True)
@@ -230,6 +234,20 @@ def test_production_server_reads_bodies_honestly__chunked_oversized_and_deep(
     status, answer = _post(server, token, [blob[i : i + 8192] for i in range(0, len(blob), 8192)])
     assert status == 413, answer
     assert answer["error"]["code"] == "too_large"
+
+    # A multipart upload, chunked: Django's form parser reads it by the measured length too.
+    boundary = "chunked-upload"
+    form = (
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; filename="rows.csv"\r\n'
+        "Content-Type: text/csv\r\n\r\n"
+        "a,b\n1,2\n\r\n"
+        f"--{boundary}--\r\n"
+    ).encode()
+    multipart = f"multipart/form-data; boundary={boundary}"
+    status, answer = _post(server, token, [form[:40], form[40:]], "/api/objects/", multipart)
+    assert status == 201, answer
+    assert answer["size"] == 8 and answer["tenant"] == "chunks"
 
     for depth in (500, 10_000):
         status, answer = _plain_post(server, token, deep_body(depth))
