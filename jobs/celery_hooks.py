@@ -73,14 +73,18 @@ def refuse_unsafe_worker(sender: Any = None, **kwargs: Any) -> None:
 
 
 def worker_seen_start(sender: Any = None, **kwargs: Any) -> None:
+    from .gate import gate
     from .ops.workers import on_worker_ready
 
+    gate().consumer = sender  # worker_ready's sender is the consumer
     on_worker_ready(sender)
 
 
 def worker_seen_stop(sender: Any = None, **kwargs: Any) -> None:
+    from .gate import gate
     from .ops.workers import on_worker_shutdown
 
+    gate().stop()
     on_worker_shutdown(sender)
 
 

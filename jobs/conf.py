@@ -64,6 +64,12 @@ class JobsSettings(AppSettings):
         "WORKER_HEARTBEAT_INTERVAL": Setting(
             15.0, "How often a worker records that it is alive (/ops/).", positive=True
         ),
+        "WORKER_DB_PROBE_INTERVAL": Setting(
+            1.0,
+            "A worker that stopped consuming because the database was unreachable tries a "
+            "fresh connection this often, and consumes again once one answers.",
+            positive=True,
+        ),
         "WORKER_NAME": Setting(
             "",
             "The worker's name in leases, /ops/ and logs; empty: the Celery node name "
@@ -102,6 +108,7 @@ class JobsSettings(AppSettings):
     RECONCILE_INTERVAL: float
     RECONCILE_STALE_AFTER: float
     WORKER_HEARTBEAT_INTERVAL: float
+    WORKER_DB_PROBE_INTERVAL: float
     WORKER_NAME: str
     PREPARED_STATEMENTS: bool
     METRICS_TOKEN: str

@@ -9,17 +9,20 @@ from celery import shared_task
 
 from . import batch, runtime
 from .conf import jobs_settings
+from .gate import GatedTask, requeued_when_database_unreachable
 from .reaper import jobs_reap
 
 
 # The delivery guarantees travel with the task, not with the project's Celery settings: ack
-# only after the outcome committed, requeue when the worker process dies, and a hard limit
-# below the broker's redelivery window (checked when a worker starts: jobs.worker_checks).
+# only after the outcome committed, requeue when the worker process dies or the database is
+# unreachable (then the worker pauses its jobs consumers: jobs.gate), and a hard limit below
+# the broker's redelivery window (checked when a worker starts: jobs.worker_checks).
 @shared_task(
     name="jobs.execute",
     ignore_result=True,
     acks_late=True,
     reject_on_worker_lost=True,
+    base=GatedTask,
     time_limit=jobs_settings.TASK_TIME_LIMIT,
     soft_time_limit=jobs_settings.TASK_SOFT_TIME_LIMIT,
 )
@@ -34,7 +37,8 @@ def execute(
 
     Hints a later release adds are accepted and ignored, so a message from a newer web tier
     never fails on an older worker during a rolling deploy (docs/operations.md)."""
-    runtime.execute(job_id, kind=kind, kind_version=kind_version)
+    with requeued_when_database_unreachable("a delivery"):
+        runtime.execute(job_id, kind=kind, kind_version=kind_version)
 
 
 # A batch message: several jobs, claimed with one statement and committed with one
@@ -45,6 +49,7 @@ def execute(
     ignore_result=True,
     acks_late=True,
     reject_on_worker_lost=True,
+    base=GatedTask,
     time_limit=jobs_settings.TASK_TIME_LIMIT + math.ceil(jobs_settings.BATCH_BUDGET_SECONDS),
     soft_time_limit=(
         jobs_settings.TASK_SOFT_TIME_LIMIT + math.ceil(jobs_settings.BATCH_BUDGET_SECONDS)
@@ -52,8 +57,10 @@ def execute(
 )
 def execute_many(items: list[dict[str, Any]], **later_hints: Any) -> None:
     """Deliver the jobs of one batch message; each item is one `jobs.execute` message's
-    kwargs (job_id, generation, kind, kind_version)."""
-    batch.execute_many(items)
+    kwargs (job_id, generation, kind, kind_version). The whole message is requeued when the
+    database is unreachable: jobs it already finished are then duplicates, acked at claim."""
+    with requeued_when_database_unreachable("a batch delivery"):
+        batch.execute_many(items)
 
 
 @shared_task(name="jobs.maintenance.reap", ignore_result=False)

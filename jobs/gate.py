@@ -1,0 +1,153 @@
+"""A worker that cannot reach the database hands its messages back and stops taking more.
+
+1. A delivery (`jobs.execute`, `jobs.execute_many`) whose claim, heartbeat or commit fails on
+   the connection (Django's OperationalError or InterfaceError, after the claim's own retry on
+   a fresh connection) raises Celery's `Reject(requeue=True)`: the message goes back to its
+   queue, unacked work is never acked (a crash here leaves the message unacked: the broker
+   redelivers it as it would after any crash).
+2. The worker's main process sees the rejection (`GatedRequest.on_failure`) and cancels its
+   consumers of the jobs queues (Celery's own consumer control, sent to this worker only), so
+   messages it prefetched come back rejected and healthy hosts take the queue.
+3. A probe thread opens a fresh connection every JOBS_WORKER_DB_PROBE_INTERVAL seconds (each
+   bounded by the connection's connect timeout); the first that answers re-adds the consumers.
+   A crash while paused leaves nothing: a new worker starts consuming.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Reject
+from celery.worker.request import Request
+from django.db import InterfaceError, OperationalError, connection
+
+from .conf import jobs_settings
+
+logger = logging.getLogger(__name__)
+
+DATABASE_UNREACHABLE = (InterfaceError, OperationalError)
+
+
+class DatabaseUnreachable(Reject):
+    """The delivery could not reach the database: requeue its message, pause consuming."""
+
+
+@contextmanager
+def requeued_when_database_unreachable(what: str) -> Iterator[None]:
+    """Turns a connection failure escaping a delivery into a requeue of its message."""
+    try:
+        yield
+    except DATABASE_UNREACHABLE as exc:
+        connection.close()  # the next delivery starts on a fresh connection
+        logger.warning(
+            "database unreachable during %s; message requeued, not acked: %s",
+            what,
+            f"{type(exc).__name__}: {exc}".strip()[:300],
+        )
+        # Without the cause: Celery logs the rejection with its traceback, the cause is above.
+        raise DatabaseUnreachable(str(exc)[:300], requeue=True) from None
+
+
+class GatedRequest(Request):
+    """The jobs tasks' Request in the worker's main process: a delivery that found the
+    database unreachable pauses this worker's jobs consumers (step 2)."""
+
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> Any:
+        if isinstance(getattr(exc_info, "exception", None), DatabaseUnreachable):
+            _gate.pause(self.app, self.hostname)
+        return super().on_failure(exc_info, send_failed_event, return_ok)
+
+
+class GatedTask(Task):  # type: ignore[type-arg,unused-ignore]
+    """The base of `jobs.execute` and `jobs.execute_many`: their requests report to the gate."""
+
+    Request = "jobs.gate:GatedRequest"
+
+
+class ConsumerGate:
+    """Pauses and resumes one worker's consumers of the jobs queues (steps 2-3)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paused: list[str] = []
+        self._prober: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.consumer: Any = None  # set at worker_ready (jobs.celery_hooks)
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
+
+    def consumed_jobs_queues(self) -> list[str]:
+        from .worker_checks import jobs_queues
+
+        consumer = self.consumer
+        if consumer is None:
+            return []
+        names = {queue.name for queue in consumer.task_consumer.queues}
+        return sorted(names & jobs_queues())
+
+    def pause(self, app: Any, hostname: str | None) -> None:
+        with self._lock:
+            if self._paused or self._stop.is_set():
+                return
+            queues = self.consumed_jobs_queues()
+            if not queues or not hostname:
+                return
+            self._paused = queues
+            self._prober = threading.Thread(
+                target=self._probe_until_reachable,
+                args=(app, hostname),
+                name="jobs-db-gate",
+                daemon=True,
+            )
+        logger.warning(
+            "database unreachable: this worker stops consuming %s until it answers",
+            ", ".join(queues),
+        )
+        for queue in queues:
+            app.control.cancel_consumer(queue, destination=[hostname], reply=False)
+        self._prober.start()
+
+    def _probe_until_reachable(self, app: Any, hostname: str) -> None:
+        interval = float(jobs_settings.WORKER_DB_PROBE_INTERVAL)
+        while not self._stop.wait(interval):
+            if database_answers():
+                break
+        else:
+            return
+        with self._lock:
+            queues, self._paused = self._paused, []
+        for queue in queues:
+            app.control.add_consumer(queue, destination=[hostname], reply=False)
+        logger.warning("database answers again: this worker consumes %s again", ", ".join(queues))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def database_answers() -> bool:
+    """One `SELECT 1` on a fresh connection of this thread, closed after."""
+    try:
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DATABASE_UNREACHABLE:
+        return False
+    finally:
+        connection.close()
+
+
+_gate = ConsumerGate()
+
+
+def gate() -> ConsumerGate:
+    return _gate

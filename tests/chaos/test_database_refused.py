@@ -1,0 +1,124 @@
+"""A worker whose database refuses connections acks nothing it did not handle, stops consuming,
+and consumes again once the database answers (jobs.gate): no job waits for the reconciler.
+
+Each worker reaches the test database through a TCP fault proxy of its own (its "host's"
+path to PostgreSQL): `reset()` aborts the open connections with an RST and `refuse()` closes
+the listener, so a new connection is refused by the kernel. No reconciler runs here: every job
+that finishes was redelivered because its message went back to the queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+import jobs
+from jobs.models import Job, JobEvent
+from tests.harness import Harness, wait_until
+from tests.network.proxy import FaultProxy, fault_proxy
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+JOBS = 50
+REFUSAL_SECONDS = 0.5
+# The bound on recovery: the refusal, the gate's probe interval (1 s), the broker round trips
+# of the consumer control, and 50 no-op jobs on two pool processes, with a wide margin.
+RECOVERY_BOUND = 15.0
+
+
+def _through(database_url: str, proxy: FaultProxy) -> str:
+    parts = urlsplit(database_url)
+    netloc = f"{parts.username or 'postgres'}@{proxy.host}:{proxy.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@pytest.fixture
+def db_proxy(harness: Harness) -> Iterator[FaultProxy]:
+    parts = urlsplit(harness.database_url)
+    with fault_proxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
+        yield proxy
+
+
+def _cut(proxy: FaultProxy) -> None:
+    proxy.reset()  # open connections end with an RST
+    proxy.refuse()  # new ones are refused
+
+
+def _submit(user: Any, n: int) -> list[str]:
+    return [str(jobs.submit(kind="noop", input={"n": i}, owner=user).pk) for i in range(n)]
+
+
+def _all_succeeded(ids: list[str]) -> bool:
+    return Job.objects.filter(pk__in=ids, state="succeeded").count() == len(ids)
+
+
+def _wait_for_success(ids: list[str], log: Callable[[], str]) -> None:
+    try:
+        wait_until(lambda: _all_succeeded(ids), timeout=RECOVERY_BOUND, what=f"{len(ids)} jobs")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: states {_states(ids)}\n{log()[-3000:]}") from None
+
+
+def _notable(log: str) -> str:
+    return "\n".join(line for line in log.splitlines() if " INFO " not in line)[-4000:]
+
+
+def _states(ids: list[str]) -> dict[str, int]:
+    rows = Job.objects.filter(pk__in=ids).values_list("state", flat=True)
+    found: dict[str, int] = {}
+    for state in rows:
+        found[state] = found.get(state, 0) + 1
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_refused_for_half_a_second__every_job_succeeds_within_seconds(
+    harness: Harness, db_proxy: FaultProxy, user: Any
+) -> None:
+    worker = harness.start_worker(
+        "refused-w1", concurrency=2, DATABASE_URL=_through(harness.database_url, db_proxy)
+    )
+    warm = _submit(user, 2)  # the worker has connected through the proxy before the cut
+    wait_until(lambda: _all_succeeded(warm), timeout=30, what="the warm-up jobs")
+
+    _cut(db_proxy)
+    began = time.monotonic()
+    ids = _submit(user, JOBS)
+    wait_until(lambda: "message requeued" in worker.log(), timeout=10, what="a refused claim")
+    time.sleep(max(0.0, REFUSAL_SECONDS - (time.monotonic() - began)))  # the fault's length
+    db_proxy.pass_through()
+
+    _wait_for_success(ids, worker.log)
+    recovered = time.monotonic() - began
+    assert recovered < RECOVERY_BOUND
+    # The gate's own account: it paused its consumers, then resumed them after the heal.
+    wait_until(
+        lambda: "database answers again" in worker.log(), timeout=5, what="the gate's resume"
+    )
+    assert "stops consuming" in worker.log(), _notable(worker.log())
+    assert worker.alive()
+
+
+@pytest.mark.timeout(180)
+def test_worker_cut_off__stops_consuming_and_a_healthy_worker_takes_every_job(
+    harness: Harness, db_proxy: FaultProxy, user: Any
+) -> None:
+    cut_off = harness.start_worker(
+        "cut-w1", concurrency=2, DATABASE_URL=_through(harness.database_url, db_proxy)
+    )
+    _cut(db_proxy)
+    healthy = harness.start_worker("healthy-w1", concurrency=1)
+    ids = _submit(user, JOBS)
+    _wait_for_success(ids, cut_off.log)
+    workers = set(
+        JobEvent.objects.filter(job_id__in=ids, to_state="leased").values_list("worker", flat=True)
+    )
+    assert workers and all(w.startswith("healthy-w1") for w in workers), workers
+    log = cut_off.log()
+    assert "stops consuming" in log, _notable(log)
+    assert "database answers again" not in log
+    assert healthy.alive() and cut_off.alive()
