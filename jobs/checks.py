@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import CheckMessage, Error, Warning
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.urls import NoReverseMatch, reverse
 
 from outbox.checks import settings_errors
 
@@ -39,3 +42,40 @@ def jobs_kind_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         for kind in registry.kinds()
         if not registry.kind_name_for_http(kind)
     ]
+
+
+# Registered here, where it is declared (JobsConfig.ready imports this module).
+@register("jobs", Tags.urls)
+def jobs_api_token_app(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The project authenticates with DRF tokens and mounts the API, but DRF's token app is
+    missing: the API then takes sessions only (jobs.api.base). Sessions alone need no app."""
+    from .api.base import TOKEN_APP  # the API's modules load when checks run, not at ready()
+
+    mounted_somewhere = bool(getattr(settings, "ROOT_URLCONF", None))
+    if apps.is_installed(TOKEN_APP) or not mounted_somewhere or not _project_uses_tokens():
+        return []
+    try:
+        reverse("jobs-api:job-list")
+    except NoReverseMatch:
+        return []  # the API is not mounted
+    return [
+        Warning(
+            f"REST_FRAMEWORK names TokenAuthentication and the jobs API is mounted, but "
+            f"{TOKEN_APP!r} is not in INSTALLED_APPS: the API accepts session logins only, "
+            "`Authorization: Token` is refused and `manage.py jobs_token` cannot issue tokens.",
+            hint=f"Add {TOKEN_APP!r} to INSTALLED_APPS and run migrate.",
+            id="jobs.W002",
+        )
+    ]
+
+
+def _project_uses_tokens() -> bool:
+    """Whether the project's own REST_FRAMEWORK authenticates with DRF's tokens."""
+    from rest_framework.authentication import TokenAuthentication
+    from rest_framework.settings import api_settings
+
+    try:
+        classes = api_settings.DEFAULT_AUTHENTICATION_CLASSES
+    except ImportError:
+        return False  # a class that does not import: DRF says so at its first request
+    return any(isinstance(c, type) and issubclass(c, TokenAuthentication) for c in classes)

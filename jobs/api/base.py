@@ -42,9 +42,13 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# DRF's token app: without it the API takes sessions only and jobs_token refuses (jobs.W002).
+TOKEN_APP = "rest_framework.authtoken"
+
+
 def api_authentication_classes() -> list[type[BaseAuthentication]]:
     """`Authorization: Token <key>` where DRF's token app is installed, and sessions."""
-    if apps.is_installed("rest_framework.authtoken"):
+    if apps.is_installed(TOKEN_APP):
         return [TokenAuthentication, SessionAuthentication]
     return [SessionAuthentication]
 

@@ -6,7 +6,9 @@ import hashlib
 import uuid
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
@@ -15,6 +17,8 @@ from rest_framework.authtoken.models import Token
 from jobs.conf import jobs_settings
 from jobs.exceptions import InputTooLarge
 from jobs.models import StoredObject, Tenant
+
+from .base import TOKEN_APP
 
 
 def _content_type(declared: str | None) -> str:
@@ -55,6 +59,12 @@ def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile) -> 
 
 def api_token_issue(*, username: str, tenant_name: str | None = None) -> str:
     """Create the user (and tenant membership) if needed; return the user's API token."""
+    if not apps.is_installed(TOKEN_APP):
+        # DRF's Token model is abstract then (no table, no `objects`).
+        raise ImproperlyConfigured(
+            f"API tokens need {TOKEN_APP!r} in INSTALLED_APPS (then run `manage.py migrate`); "
+            "without it the API accepts session logins only"
+        )
     user_model = get_user_model()
     with transaction.atomic():
         user, created = user_model.objects.get_or_create(username=username)

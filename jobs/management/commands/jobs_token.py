@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
 
@@ -35,4 +35,8 @@ class Command(BaseCommand):
                 raise CommandError(f"--tenant {tenant!r}: {exc.messages[0]}") from None
             if len(tenant) > 100:
                 raise CommandError("--tenant must be at most 100 characters")
-        self.stdout.write(api_token_issue(username=username, tenant_name=tenant))
+        try:
+            token = api_token_issue(username=username, tenant_name=tenant)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(token)
