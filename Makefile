@@ -40,9 +40,11 @@ setup: $(VENV)/.installed services
 	@echo "setup done: $(DATABASE_URL), static files for $${DJANGO_ENV:-development}"
 
 # The web server is gunicorn with uvicorn workers (jobsite/gunicorn.py), as in production;
-# static files are served by WhiteNoise.
+# static files are served by WhiteNoise. var/run.env says where this instance is (database,
+# broker, ports, WEB_URL) to the commands of another terminal: manage.py reads it.
 run: setup
-	mkdir -p var && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+	$(BIN)/python -m jobsite.runenv var/run.env
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
 # Two pytest processes (each with its own test database and private Redis): most test time
 # is spent waiting on real worker processes, so this halves the wall clock on two cores.

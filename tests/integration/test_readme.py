@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -23,7 +26,10 @@ from tests.harness import ROOT, Harness, wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 README = ROOT / "README.md"
-TOUR_ADDRESS = "http://127.0.0.1:8000"
+TOUR_ADDRESS = "127.0.0.1:8000"
+# Where `make run` says its instance is; the tour reads the test's own copy, never the
+# checkout's (a developer's `make run` may have written it).
+RUN_ENV = "var/run.env"
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 # What `make -n TARGET` must show: the command the target exists for.
 MAKE_TARGETS = {
@@ -102,13 +108,14 @@ def test_long_running_commands_are_make_targets__make_dry_run() -> None:
         assert MAKE_TARGETS[target] in make_dry_run(target), target
 
 
-def tour_script(base_url: str) -> str:
-    """The README's `sh` blocks in order, each announced by a marker line."""
+def tour_script(run_env: Path) -> str:
+    """The README's `sh` blocks in order, each announced by a marker line, reading `run_env`
+    where they say var/run.env."""
     parts = ["set -euo pipefail"]
     for index, block in enumerate(shell_blocks(make_target=False)):
         # A newline first: curl's JSON output has none of its own.
         parts.append(f"printf '\\n::block {index}::\\n'")
-        parts.append(block.body.replace(TOUR_ADDRESS, base_url))
+        parts.append(block.body.replace(RUN_ENV, shlex.quote(str(run_env))))
     return "\n".join(parts) + "\n"
 
 
@@ -117,15 +124,38 @@ def split_output(stdout: str) -> dict[int, str]:
     return {int(pieces[i]): pieces[i + 1] for i in range(1, len(pieces) - 1, 2)}
 
 
-def run_tour(harness: Harness, base_url: str) -> subprocess.CompletedProcess[str]:
+def run_tour(env: dict[str, str], run_env: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", tour_script(base_url)],
+        ["bash", "-c", tour_script(run_env)],
         cwd=ROOT,
-        env=harness.base_env(),
+        env={**env, "DJANGO_ENV_FILE": str(run_env)},  # manage.py reads the same copy
         capture_output=True,
         text=True,
         timeout=240,
     )
+
+
+def write_run_env(path: Path, **instance: str) -> None:
+    """The file as `make run` writes it (the Makefile's command), from `instance`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    subprocess.run(
+        [sys.executable, "-m", "jobsite.runenv", str(path)],
+        cwd=ROOT,
+        env={**env, **instance, "PYTHONPATH": str(ROOT)},
+        check=True,
+        timeout=60,
+    )
+
+
+# The instance the tour must find; the rest of the environment is the test's.
+INSTANCE = ("DATABASE_URL", "CELERY_BROKER_URL", "NOTIFY_PROVIDER_URL")
+
+
+def test_tour_reads_the_instance_from_run_env__no_fixed_address() -> None:
+    bodies = [b.body for b in shell_blocks(make_target=False)]
+    assert TOUR_ADDRESS not in "".join(bodies)
+    assert RUN_ENV in bodies[0] and "$WEB_URL" in bodies[0]
+    assert f"jobsite.runenv {RUN_ENV}" in make_dry_run("run")
 
 
 def curl_json(url: str, token: str) -> Any:
@@ -140,15 +170,38 @@ def curl_json(url: str, token: str) -> Any:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "named_by",
+    [
+        # What the environment sets wins over the file (its database is one that is gone).
+        "environment",
+        # A moved instance (another port, the test database) that only the file names.
+        "run_env_only",
+    ],
+)
 def test_tour_commands_run_for_real__live_server_and_worker(
-    harness: Harness, live_server: Any
+    harness: Harness, live_server: Any, tmp_path: Path, named_by: str
 ) -> None:
     harness.start_provider()
     harness.start_relay()
     harness.start_worker("readme-w1")
     blocks = shell_blocks(make_target=False)
     assert len(blocks) >= 6, "the tour lost its commands"
-    done = run_tour(harness, live_server.url)
+    run_env = tmp_path / "run.env"
+    env = harness.base_env()
+    database_url = harness.database_url
+    if named_by == "environment":
+        database_url += "_gone"
+    else:
+        env = {k: v for k, v in env.items() if k not in INSTANCE}
+    write_run_env(
+        run_env,
+        DATABASE_URL=database_url,
+        CELERY_BROKER_URL=harness.broker_url,
+        WEB_PORT=str(urlsplit(live_server.url).port),
+        PROVIDER_PORT=str(harness.provider_port),
+    )
+    done = run_tour(env, run_env)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
     out = split_output(done.stdout)
     assert len(out) == len(blocks)

@@ -252,6 +252,17 @@ def test_make_run_uses_the_production_server_and_ports_from_the_environment__pro
         assert not re.search(r"\b(8000|5555|8765)\b", bare), (role, command)
 
 
+def test_run_env_names_the_ports_the_procfile_uses__make_run_defaults() -> None:
+    from jobsite.runenv import DEFAULT_PORTS, run_env_values
+
+    used = dict(re.findall(r"\$\{(\w+_PORT):-(\d+)\}", " ".join(procfile().values())))
+    assert used == DEFAULT_PORTS
+    values = run_env_values({"DATABASE_URL": "postgres://db", "CELERY_BROKER_URL": "redis://b"})
+    assert values["WEB_URL"] == f"http://127.0.0.1:{DEFAULT_PORTS['WEB_PORT']}"
+    moved = run_env_values({"DATABASE_URL": "d", "CELERY_BROKER_URL": "b", "WEB_PORT": "8001"})
+    assert moved["WEB_URL"] == "http://127.0.0.1:8001" and moved["FLOWER_PORT"] == "5555"
+
+
 def test_rabbitmq_started_only_when_asked__ensure_services() -> None:
     script = (ROOT / "scripts" / "ensure-services.sh").read_text()
     assert 'need_rabbitmq="${JOBS_NEED_RABBITMQ:-0}"' in script
