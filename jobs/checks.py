@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.apps import apps
@@ -79,3 +80,45 @@ def _project_uses_tokens() -> bool:
     except ImportError:
         return False  # a class that does not import: DRF says so at its first request
     return any(isinstance(c, type) and issubclass(c, TokenAuthentication) for c in classes)
+
+
+# What each libpq option bounds; 0 (or absent) means "wait forever" for all of them.
+DATABASE_TIMEOUTS = {
+    "connect_timeout": "a connect to an unreachable server",
+    "keepalives_idle": "a wait for a reply on a connection whose server vanished",
+    "tcp_user_timeout": "a write on a connection whose server vanished",
+}
+
+
+def database_timeouts_missing(database: Mapping[str, Any]) -> list[str]:
+    """The options of DATABASE_TIMEOUTS a PostgreSQL database's OPTIONS lack (or set to 0)."""
+    if not str(database.get("ENGINE", "")).endswith("postgresql"):
+        return []
+    options = database.get("OPTIONS") or {}
+    missing = [name for name in DATABASE_TIMEOUTS if not options.get(name)]
+    if str(options.get("keepalives", "1")) == "0" and "keepalives_idle" not in missing:
+        missing.append("keepalives_idle")  # keepalives=0 turns them off whatever idle says
+    return missing
+
+
+def jobs_database_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Invariant 8: no worker waits on the network without a deadline (docs/operations.md)."""
+    missing = database_timeouts_missing(settings.DATABASES.get("default", {}))
+    if not missing:
+        return []
+    unbounded = "; ".join(DATABASE_TIMEOUTS[name] for name in missing)
+    return [
+        Warning(
+            f"DATABASES['default']['OPTIONS'] has no {', '.join(missing)}: unbounded {unbounded}. "
+            "A worker cut off from PostgreSQL (a partition, a failover, a dropped NAT entry) "
+            "then blocks in its claim or heartbeat for as long as the kernel keeps the dead "
+            "connection (about 15 minutes of retransmissions, 2 hours of keepalive idle), "
+            "logs nothing, keeps the messages it prefetched, and its lease expires without "
+            "it knowing.",
+            hint="Set e.g. OPTIONS = {'connect_timeout': 5, 'keepalives_idle': 5, "
+            "'keepalives_interval': 2, 'keepalives_count': 3, 'tcp_user_timeout': 10000} "
+            "(milliseconds), keeping tcp_user_timeout well below the lease; see "
+            "docs/operations.md, 'Network timeouts'.",
+            id="jobs.W010",
+        )
+    ]

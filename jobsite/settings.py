@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -99,6 +100,24 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# Every call is bounded (docs/operations.md "Network timeouts"): a worker cut off from
+# PostgreSQL fails its call instead of waiting on a dead TCP connection. Lease arithmetic at
+# the defaults: a heartbeat is due every lease/3 (10 s of the 30 s default lease) and gives up
+# after at most the 10 s user timeout (or connect timeout + user timeout on a new connection),
+# so a cut-off worker learns of it before its lease can expire elsewhere. The user timeout
+# counts only unacknowledged bytes and unanswered keepalives: a long query on a live link is
+# not cut. A DATABASE_URL query (?connect_timeout=2) wins over these.
+DATABASE_TIMEOUTS = {
+    "connect_timeout": int(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5")),
+    "keepalives": 1,
+    "keepalives_idle": int(os.environ.get("DATABASE_KEEPALIVES_IDLE", "5")),
+    "keepalives_interval": int(os.environ.get("DATABASE_KEEPALIVES_INTERVAL", "2")),
+    "keepalives_count": int(os.environ.get("DATABASE_KEEPALIVES_COUNT", "3")),
+    # libpq takes milliseconds; the environment says seconds like the others.
+    "tcp_user_timeout": int(float(os.environ.get("DATABASE_TCP_USER_TIMEOUT", "10")) * 1000),
+}
+for _option, _value in DATABASE_TIMEOUTS.items():
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_option, _value)
 if DATABASE_POOL_SIZE:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
@@ -176,7 +195,31 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Redis redelivers unacked messages after this; JOBS_TASK_TIME_LIMIT must stay well below.
     "visibility_timeout": int(os.environ.get("JOBS_VISIBILITY_TIMEOUT", "3600")),
+    # Bounded calls on a broker that vanishes without closing TCP (Redis; kombu's transport
+    # options, read by the workers, beat and the outbox's kept producer alike). A command
+    # (publish, ack) waits at most socket_timeout; it must exceed kombu's 1 s BRPOP timeout.
+    # The consumer's BRPOP runs in the event loop, where no socket timeout applies: kombu
+    # drops it when its reply is overdue by brpop_timeout + health_check_interval (checked
+    # every health_check_interval, so within 1 + 2 x 5 s), and TCP keepalives with a user
+    # timeout (the database's numbers) end a dead connection in the kernel too.
+    "socket_timeout": float(os.environ.get("CELERY_BROKER_SOCKET_TIMEOUT", "5")),
+    "socket_connect_timeout": float(os.environ.get("CELERY_BROKER_CONNECT_TIMEOUT", "5")),
+    "health_check_interval": int(os.environ.get("CELERY_BROKER_HEALTH_CHECK_INTERVAL", "5")),
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        option: DATABASE_TIMEOUTS[key]
+        for name, key in (
+            ("TCP_KEEPIDLE", "keepalives_idle"),
+            ("TCP_KEEPINTVL", "keepalives_interval"),
+            ("TCP_KEEPCNT", "keepalives_count"),
+            ("TCP_USER_TIMEOUT", "tcp_user_timeout"),
+        )
+        if (option := getattr(socket, name, None)) is not None  # Linux has all four
+    },
 }
+# RabbitMQ: AMQP heartbeats every CELERY_BROKER_HEARTBEAT s (Celery's default is 120 s, so a
+# vanished server went unnoticed for minutes). Redis ignores it.
+CELERY_BROKER_HEARTBEAT = int(os.environ.get("CELERY_BROKER_HEARTBEAT", "10"))
 
 # --- durable-jobs: every JOBS_* / OUTBOX_* setting has a default (docs/operations.md) -------
 # This example project lets the environment set any of them (JOBS_TASK_TIME_LIMIT=60, ...).
