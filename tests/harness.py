@@ -226,8 +226,9 @@ class Harness:
 class PrivateRedis:
     """A Redis server of the test's own (so it can be killed without touching anyone else)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, also_bind: tuple[str, ...] = ()) -> None:
         self.port = free_port()
+        self.also_bind = also_bind  # addresses besides 127.0.0.1 (tests/network hosts')
         self.dir = Path(tempfile.mkdtemp(prefix="jobs-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -242,6 +243,11 @@ class PrivateRedis:
                 redis_server,
                 "--bind",
                 "127.0.0.1",
+                *self.also_bind,
+                # Protected mode refuses every address but loopback to a server without a
+                # password; also_bind names only addresses of the test's own namespaces.
+                "--protected-mode",
+                "no" if self.also_bind else "yes",
                 "--port",
                 str(self.port),
                 "--save",

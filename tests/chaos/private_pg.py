@@ -33,9 +33,14 @@ def _pg_bin(name: str) -> str:
 class PrivatePostgres:
     """initdb + pg_ctl in a temp dir on a free port; restartable, always removable."""
 
-    def __init__(self, *, dbname: str = "dj_chaos") -> None:
+    def __init__(
+        self, *, dbname: str = "dj_chaos", also_listen: tuple[str, ...] = (), trust: str = ""
+    ) -> None:
         self.port = free_port()
         self.dbname = dbname
+        # Addresses besides 127.0.0.1, and the network its clients there come from (CIDR):
+        # the hosts of tests/network.
+        self.also_listen, self.trust = also_listen, trust
         self.root = Path(tempfile.mkdtemp(prefix="jobs-pg-"))
         self.datadir = self.root / "data"
         self.logfile = self.root / "postgres.log"
@@ -69,12 +74,16 @@ class PrivatePostgres:
                 "UTF8",
             ]
         )
+        listen = ["127.0.0.1", *self.also_listen]
+        if self.trust:
+            with open(self.datadir / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.trust} trust\n")
         with open(self.datadir / "postgresql.conf", "a") as conf:
             # fsync off is safe here: we crash PostgreSQL, never the OS. synchronous_commit
             # stays on: with it off an acknowledged commit can vanish in a crash, which is
             # exactly the lost acceptance the checker looks for.
             conf.write(
-                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"\nport = {self.port}\nlisten_addresses = '{','.join(listen)}'\n"
                 f"unix_socket_directories = '{self.root}'\nmax_connections = 200\n"
                 "fsync = off\nfull_page_writes = off\n"
             )
@@ -164,8 +173,10 @@ class PrivatePostgres:
 
 
 @contextlib.contextmanager
-def private_postgres(*, dbname: str = "dj_chaos") -> Iterator[PrivatePostgres]:
-    pg = PrivatePostgres(dbname=dbname)
+def private_postgres(
+    *, dbname: str = "dj_chaos", also_listen: tuple[str, ...] = (), trust: str = ""
+) -> Iterator[PrivatePostgres]:
+    pg = PrivatePostgres(dbname=dbname, also_listen=also_listen, trust=trust)
     try:
         pg.init()
         yield pg

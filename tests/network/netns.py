@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE = "10.213"
+NETWORK_CIDR = f"{BASE}.0.0/16"  # every host's and service's address: for pg_hba.conf
 NETNS_PREFIX = "djnet-"
 LINK_PREFIX = "djn"
 GHOST_MAC = "02:00:5e:00:de:ad"  # a locally administered MAC no interface here carries
