@@ -103,6 +103,7 @@ def claim_many(
     # jobs_job_one_leased_per_serialization_key: the statement claims nothing, and every
     # job goes to the one-job path, which answers that race job by job.
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    sent_at = time.monotonic()  # the leases run from then at the latest, by this clock
     try:
         with scope:
             rows = _claim_rows(items, worker=worker)
@@ -120,7 +121,7 @@ def claim_many(
             lease = lease_from_row(
                 job_id, row, worker=worker, lease_seconds=float(spec.lease_seconds), charged=False
             )
-            ctx = JobContext(lease)
+            ctx = JobContext(lease, extended_at=sent_at)
             if row["cancel_requested"]:
                 ctx.mark_cancel_requested()  # honoured before the handler starts (_run)
             claimed.append(Claimed(lease, spec, json_value(row["input"]), ctx))
@@ -154,7 +155,10 @@ def _run(job: Claimed, *, budget_left: bool) -> Verdict:
 def run_claimed(jobs: list[Claimed]) -> None:
     """Steps 2-3: every handler under one batch heartbeat."""
     heartbeat = BatchHeartbeat(
-        [Member(j.lease, j.ctx.mark_lost, j.ctx.mark_cancel_requested) for j in jobs]
+        [
+            Member(j.lease, j.ctx.mark_lost, j.ctx.mark_cancel_requested, j.ctx.mark_extended)
+            for j in jobs
+        ]
     )
     heartbeat.start()
     started = time.monotonic()

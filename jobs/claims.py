@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -46,6 +47,9 @@ class Claim:
     lease: Lease | None = None
     input: Any = None
     cancel_requested: bool = False
+    # When the claim statement was sent (time.monotonic()): the lease runs from then at the
+    # latest, by this worker's clock (jobs.context.JobContext.lease_in_doubt).
+    sent_at: float | None = None
 
 
 _CLAIM_SQL = (
@@ -75,6 +79,7 @@ def _claim_once(
     ]
     # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    sent_at = time.monotonic()
     try:
         with scope:
             row = prepared.fetchone_named(_CLAIM_SQL, params)
@@ -95,6 +100,7 @@ def _claim_once(
         lease,
         json_value(row["input"]),
         bool(row["cancel_requested"]),
+        sent_at,
     )
 
 

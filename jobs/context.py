@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 from uuid import UUID
@@ -17,12 +18,21 @@ from .leases import Lease, lease_heartbeat, report_stale_write
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet
 
+# The share of a lease a worker keeps as its margin: once less than this is left since the
+# last extension it saw answered (by its own monotonic clock), the lease is in doubt.
+LEASE_DOUBT_FRACTION = 0.1
+
 
 class JobContext:
     """Handed to `fn(ctx, input)`; see DESIGN.md for the public contract."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, *, extended_at: float | None = None) -> None:
+        """`extended_at`: the monotonic time the claim was sent (the lease runs from then at
+        the latest); by default now, one round trip later than the truth."""
         self._lease = lease
+        started = time.monotonic() if extended_at is None else extended_at
+        self._valid_until = started + lease.lease_seconds
+        self._doubt_seen = False
         self._lost = threading.Event()
         self._cancel = threading.Event()
         self._local_effects: list[tuple[str, Callable[[str], Any]]] = []
@@ -60,15 +70,44 @@ class JobContext:
     # -- cooperative signals ----------------------------------------------------------------
     @property
     def cancelled(self) -> bool:
-        """True once cancellation was requested or the lease was lost: stop soon."""
-        return self._cancel.is_set() or self._lost.is_set()
+        """True once cancellation was requested, the lease was lost, or no heartbeat has
+        answered for long enough that the lease may expire elsewhere: stop soon."""
+        if self._cancel.is_set() or self._lost.is_set():
+            return True
+        if self.lease_in_doubt:
+            self._doubt_seen = True  # the handler may stop on it: its result is not trusted
+            return True
+        return False
+
+    @property
+    def doubt_seen(self) -> bool:
+        """The handler was told to stop because the lease was in doubt: whatever it returns
+        is not this attempt's outcome (jobs.runtime.judge discards it)."""
+        return self._doubt_seen
 
     @property
     def lease_lost(self) -> bool:
+        """The database said the lease is gone (a fenced write matched no row)."""
         return self._lost.is_set()
+
+    @property
+    def lease_in_doubt(self) -> bool:
+        """No extension answered for so long (heartbeats cannot reach the database) that the
+        lease may expire within the margin: start no external effect. A later heartbeat that
+        answers clears it; one that finds the lease gone makes it lost."""
+        margin = self._lease.lease_seconds * LEASE_DOUBT_FRACTION
+        return time.monotonic() >= self._valid_until - margin
+
+    def lease_left(self) -> float:
+        """Seconds the lease surely holds by this worker's clock (negative: past it)."""
+        return self._valid_until - time.monotonic()
 
     def mark_lost(self) -> None:
         self._lost.set()
+
+    def mark_extended(self, sent_at: float) -> None:
+        """A heartbeat sent at `sent_at` (monotonic) extended the lease."""
+        self._valid_until = max(self._valid_until, sent_at + self._lease.lease_seconds)
 
     def mark_cancel_requested(self) -> None:
         self._cancel.set()
@@ -84,7 +123,10 @@ class JobContext:
     def heartbeat(self) -> None:
         """Extend the lease now (long handlers between steps); raises LeaseLost when gone."""
         self._ensure_owned()
+        sent_at = time.monotonic()
         result = lease_heartbeat(self._lease)
+        if result.alive:
+            self.mark_extended(sent_at)
         if not result.alive:
             self._lost.set()
             report_stale_write(self._lease, "heartbeat")
@@ -94,8 +136,14 @@ class JobContext:
 
     # -- effects -----------------------------------------------------------------------------
     def effect(self, name: str, fn: Callable[[str], Any]) -> Any:
-        """External effect through the ledger: `fn(idempotency_key)` at most once to success."""
+        """External effect through the ledger: `fn(idempotency_key)` at most once to success.
+        Not started while the lease is in doubt: LeaseLost, and the attempt ends unwritten."""
         self._ensure_owned()
+        if self.lease_in_doubt:
+            raise LeaseLost(
+                f"job {self.job_id}: no heartbeat answered, the lease may expire in "
+                f"{max(self.lease_left(), 0.0):.1f}s; effect {name!r} not started"
+            )
         return effects.effect_run(self._lease, name, fn)
 
     def local_effect(self, name: str, fn: Callable[[str], Any]) -> None:

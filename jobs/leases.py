@@ -151,26 +151,44 @@ class Heartbeat:
     lease is running or will run, so the completion that follows never races its heartbeat.
     """
 
-    def __init__(self, lease: Lease, *, on_lost: Any, on_cancel: Any) -> None:
+    def __init__(
+        self, lease: Lease, *, on_lost: Any, on_cancel: Any, on_extended: Any = None
+    ) -> None:
         self.lease = lease
         self.interval = max(lease.lease_seconds / 3.0, 0.05)
         self._on_lost = on_lost
         self._on_cancel = on_cancel
+        self._on_extended = on_extended  # called with the monotonic time the beat was sent
         self._lock = threading.Lock()
         self._stopped = False
+        self._answered_at = time.monotonic()
+
+    def failed(self) -> None:
+        """A beat that could not reach the database: say so, with how long none answered."""
+        silent = time.monotonic() - self._answered_at
+        logger.exception(
+            "heartbeat failed: no extension answered for %.1fs of a %.0fs lease",
+            silent,
+            self.lease.lease_seconds,
+            extra=self.lease.log_extra(),
+        )
+        close_old_connections()
 
     def beat(self) -> bool:
         """One heartbeat; False once the lease is gone."""
+        sent_at = time.monotonic()
         try:
             result = lease_heartbeat(self.lease)
         except Exception:
-            logger.exception("heartbeat failed", extra=self.lease.log_extra())
-            close_old_connections()
+            self.failed()
             return True  # keep trying: the lease may still be ours until it expires
         if not result.alive:
             report_stale_write(self.lease, "heartbeat")
             self._on_lost()
             return False
+        self._answered_at = sent_at
+        if self._on_extended is not None:
+            self._on_extended(sent_at)
         if result.cancel_requested:
             self._on_cancel()
         return True
@@ -210,6 +228,7 @@ class Member:
     lease: Lease
     on_lost: Any
     on_cancel: Any
+    on_extended: Any = None
 
 
 def lease_heartbeat_many(leases: list[Lease]) -> dict[UUID, HeartbeatResult]:
@@ -245,12 +264,13 @@ class BatchHeartbeat(Heartbeat):
 
     def beat(self) -> bool:
         live = [m.lease for m in self._members.values()]
+        sent_at = time.monotonic()
         try:
             results = lease_heartbeat_many(live)
         except Exception:
-            logger.exception("batch heartbeat failed", extra=self.lease.log_extra())
-            close_old_connections()
+            self.failed()
             return True  # the leases may still be ours until they expire
+        self._answered_at = sent_at
         for lease in live:
             member = self._members[lease.job_id]
             result = results.get(lease.job_id)
@@ -258,7 +278,10 @@ class BatchHeartbeat(Heartbeat):
                 report_stale_write(lease, "heartbeat")
                 member.on_lost()
                 del self._members[lease.job_id]
-            elif result.cancel_requested:
+                continue
+            if member.on_extended is not None:
+                member.on_extended(sent_at)
+            if result.cancel_requested:
                 member.on_cancel()
         return bool(self._members)
 

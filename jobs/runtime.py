@@ -207,8 +207,10 @@ def judge(
     result: Any,
     error: BaseException | None,
 ) -> Verdict:
-    """Decide the outcome of a run (success, retry, quarantine, cancel, stale)."""
-    if ctx.lease_lost:
+    """Decide the outcome of a run (success, retry, quarantine, cancel, stale). A run told to
+    stop because its lease was in doubt writes nothing: the lease expires, the reaper gives
+    the job to another worker."""
+    if ctx.lease_lost or ctx.doubt_seen:
         return Verdict(Outcome.STALE)
     if ctx.cancel_requested:
         exit = lifecycle.cancel_exit("cancelled while running", started=True)
@@ -231,8 +233,13 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
             lease, reason="cancelled before this attempt started", started=False
         )
         return Outcome.CANCELLED
-    ctx = JobContext(lease)
-    heartbeat = Heartbeat(lease, on_lost=ctx.mark_lost, on_cancel=ctx.mark_cancel_requested)
+    ctx = JobContext(lease, extended_at=claim.sent_at)
+    heartbeat = Heartbeat(
+        lease,
+        on_lost=ctx.mark_lost,
+        on_cancel=ctx.mark_cancel_requested,
+        on_extended=ctx.mark_extended,
+    )
     heartbeat.start()
     try:
         result, error = call_handler(spec, ctx, claim.input)

@@ -1,5 +1,6 @@
 """A worker whose database refuses connections acks nothing it did not handle, stops consuming,
-and consumes again once the database answers (jobs.gate): no job waits for the reconciler.
+and consumes again once the database answers (jobs.gate): no job waits for the reconciler. A
+lease holder cut off from it stops its handler before the lease could expire elsewhere.
 
 Each worker reaches the test database through a TCP fault proxy of its own (its "host's"
 path to PostgreSQL): `reset()` aborts the open connections with an RST and `refuse()` closes
@@ -9,8 +10,10 @@ that finishes was redelivered because its message went back to the queue.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,6 +22,7 @@ import pytest
 import jobs
 from jobs.models import Job, JobEvent
 from tests.harness import Harness, wait_until
+from tests.kinds_network import WATCH_DIR_ENV, WATCH_LEASE, watch_note
 from tests.network.proxy import FaultProxy, fault_proxy
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
@@ -122,3 +126,38 @@ def test_worker_cut_off__stops_consuming_and_a_healthy_worker_takes_every_job(
     assert "stops consuming" in log, _notable(log)
     assert "database answers again" not in log
     assert healthy.alive() and cut_off.alive()
+
+
+@pytest.mark.timeout(120)
+def test_lease_holder_cut_off__handler_stops_before_its_lease_could_expire(
+    harness: Harness,
+    db_proxy: FaultProxy,
+    user: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))  # watch_note reads it here too
+    worker = harness.start_worker(
+        "doubt-w1",
+        DATABASE_URL=_through(harness.database_url, db_proxy),
+        JOBS_HANDLER_MODULES="tests.kinds_network",
+        **{WATCH_DIR_ENV: str(tmp_path)},
+    )
+    job = jobs.submit(kind="net.watch", input={"seconds": 30}, owner=user)
+    wait_until(watch_note(job.pk, "started").exists, timeout=30, what="the handler to start")
+    _cut(db_proxy)
+
+    # Unfixed, the handler works on for its 30 s: no heartbeat answer tells it nothing.
+    stopped = watch_note(job.pk, "stopped")
+    wait_until(stopped.exists, timeout=WATCH_LEASE * 3, what="the handler to stop")
+    note = json.loads(stopped.read_text())
+    job.refresh_from_db()
+    assert note["in_doubt"] and not note["lost"], note
+    assert job.state == "leased" and job.lease_until is not None
+    # Before the database would let anyone else claim it (same machine, same wall clock).
+    assert note["at"] < job.lease_until.timestamp(), (note, job.lease_until)
+    wait_until(lambda: "outcome discarded" in worker.log(), timeout=10, what="the discard")
+    job.refresh_from_db()
+    assert job.state == "leased" and job.generation == 1  # nothing of the attempt written
+    assert not JobEvent.objects.filter(job=job, to_state="succeeded").exists()
+    assert "heartbeat failed: no extension answered" in worker.log()

@@ -1,0 +1,36 @@
+"""Kinds for the network tests: a handler that watches ctx.cancelled while its lease runs.
+
+Workers load them with JOBS_HANDLER_MODULES=tests.kinds_network; the test process imports this
+module too. `net.watch` notes in the directory JOBS_TEST_WATCH_DIR when it started and when it
+stopped (wall clock, to compare with the job's `lease_until` on the same machine), then returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from jobs.context import JobContext
+from jobs.registry import handler
+
+WATCH_DIR_ENV = "JOBS_TEST_WATCH_DIR"
+WATCH_LEASE = 3.0  # heartbeats every second; in doubt 2.7 s after the last one answered
+
+
+def watch_note(job_id: Any, what: str) -> Path:
+    return Path(os.environ[WATCH_DIR_ENV]) / f"{job_id}.{what}"
+
+
+@handler("net.watch", max_attempts=3, lease_seconds=WATCH_LEASE, base_delay=0.1, max_delay=0.5)
+def net_watch(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Works in small steps until told to stop (or `seconds` pass), as a provider loop would."""
+    watch_note(ctx.job_id, "started").write_text(json.dumps({"at": time.time()}))
+    deadline = time.monotonic() + float(input.get("seconds", 30))
+    while time.monotonic() < deadline and not ctx.cancelled:
+        time.sleep(0.02)
+    stopped = {"at": time.time(), "in_doubt": ctx.lease_in_doubt, "lost": ctx.lease_lost}
+    watch_note(ctx.job_id, "stopped").write_text(json.dumps(stopped))
+    return {"stopped": stopped}
