@@ -63,7 +63,8 @@ def execute_many(items: list[dict[str, Any]], **later_hints: Any) -> None:
         batch.execute_many(items)
 
 
-@shared_task(name="jobs.maintenance.reap", ignore_result=False)
+# Every JOBS_REAP_INTERVAL (5 s): no task events, so Flower's list shows the jobs' tasks.
+@shared_task(name="jobs.maintenance.reap", ignore_result=False, send_events=False)
 def reap() -> dict[str, Any]:
     result = jobs_reap()
     return {"expired": result.expired, "retried": result.retried, "quarantined": result.quarantined}
