@@ -234,12 +234,9 @@ class JobAdmin(ReadOnlyAdmin):
     def finished(self, obj: Job) -> str:
         """When it finished, as the API says it: a quarantined job keeps `finished_at` empty
         (it may be redriven) and finished when it was quarantined, its row's last write
-        (jobs.api.serializers.JobSerializer.to_representation)."""
-        at = obj.finished_at
-        if at is None and obj.job_state is JobState.QUARANTINED:
-            at = obj.updated_at
+        (Job.finished_for_client)."""
         # Formatted here: the change page shows a method's value as text.
-        return str(display_for_value(at, self.get_empty_value_display()))
+        return str(display_for_value(obj.finished_for_client, self.get_empty_value_display()))
 
     @admin.display(description="worker")
     def worker(self, obj: Job) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -215,6 +216,15 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.job_state in TERMINAL or self.job_state == JobState.QUARANTINED
+
+    @property
+    def finished_for_client(self) -> datetime | None:
+        """When the job finished, as the API and the admin say it: a quarantined row keeps
+        `finished_at` empty (an operator may still redrive it) and is not written again until
+        an operator decides, so it finished at its last write."""
+        if self.finished_at is None and self.job_state is JobState.QUARANTINED:
+            return self.updated_at
+        return self.finished_at
 
 
 class JobEvent(models.Model):

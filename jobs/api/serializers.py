@@ -213,12 +213,12 @@ class JobStatusSerializer(serializers.ModelSerializer):
         return {"category": job.error_category, "message": job.error_message}
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
-        """A quarantined job is `failed` to its client, finished when it was quarantined:
-        the row keeps `finished_at` empty (an operator may still redrive it) and is not
-        written again until an operator decides, so `updated_at` is that moment."""
+        """A quarantined job is `failed` to its client, finished when it was quarantined
+        (Job.finished_for_client)."""
         data: dict[str, Any] = super().to_representation(instance)
-        if instance.job_state is JobState.QUARANTINED and data["finished_at"] is None:
-            data["finished_at"] = self.fields["finished_at"].to_representation(instance.updated_at)
+        finished = instance.finished_for_client
+        if finished is not None:
+            data["finished_at"] = self.fields["finished_at"].to_representation(finished)
         return data
 
 
