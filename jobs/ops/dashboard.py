@@ -9,8 +9,8 @@ from django.utils import timezone
 from jobs.models import QuarantineRecord, WorkerHeartbeat
 from jobs.states import ACTIVE
 
-from ..conf import jobs_settings
 from . import selectors
+from .workers import workers_live
 
 CHART_WIDTH = 600
 CHART_HEIGHT = 120
@@ -89,7 +89,7 @@ def ops_snapshot() -> OpsSnapshot:
         open_quarantine_count=selectors.open_quarantine_count(),
         open_quarantine=selectors.open_quarantine(limit=20),
         outbox=selectors.outbox_lag(),
-        workers=selectors.workers_seen(within=3 * jobs_settings.WORKER_HEARTBEAT_INTERVAL),
+        workers=list(workers_live()),
         accepted_last_hour=sum(b.accepted for b in buckets),
         completed_last_hour=sum(b.completed for b in buckets),
         bars=bars,

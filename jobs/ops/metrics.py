@@ -16,8 +16,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from jobs import signals
 from jobs.states import ACTIVE, JobState
 
-from ..conf import jobs_settings
 from . import selectors
+from .workers import workers_live
 
 PREFIX = "jobs_"
 
@@ -77,7 +77,7 @@ class JobsCollector(Collector):
         yield GaugeMetricFamily(
             PREFIX + "workers_seen",
             "Workers that wrote a heartbeat within three heartbeat intervals.",
-            value=len(selectors.workers_seen(within=3 * jobs_settings.WORKER_HEARTBEAT_INTERVAL)),
+            value=workers_live().count(),
         )
 
     def _outbox(self) -> Iterator[Metric]:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import QuarantineRecord, QuarantineStatus, WorkerHeartbeat
+from jobs.models import QuarantineRecord, QuarantineStatus
 from jobs.states import ACTIVE, TERMINAL, JobState
 
 FINISHED_OUTCOMES: tuple[str, ...] = tuple(
@@ -140,11 +140,6 @@ def open_quarantine(limit: int = 20) -> list[QuarantineRecord]:
             "id", "job_id", "kind", "reason", "category", "attempts", "responsible", "created_at"
         )[:limit]
     )
-
-
-def workers_seen(*, within: float) -> list[WorkerHeartbeat]:
-    cutoff = timezone.now() - timedelta(seconds=within)
-    return list(WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).order_by("name"))
 
 
 def latency_quantiles(*, window: float = 300.0) -> dict[str, float]:
