@@ -157,13 +157,15 @@ def test_proxy__forwards_from_a_host_to_a_loopback_service(
 
 def test_private_network__leaves_no_namespace_or_link_behind(_netns_usable: None) -> None:
     with private_network() as net:
-        net.service("a")
+        service = net.service("a")
         host = net.host()
         net.host().blackhole()
         assert host.netns in ip("netns", "list").stdout
     assert owned(os.getpid()) == ([], [])
-    for address in ("10.213.0.", f"10.213.{host.subnet}."):
-        assert address not in ip("-4", "-o", "addr", "show").stdout
+    left = ip("-4", "-o", "addr", "show").stdout
+    for address in (f"{service}/", f"{host.root_address}/"):
+        assert f"inet {address}" not in left
+    assert host.ghost not in ip("-4", "route", "show").stdout
 
 
 def test_sweep__removes_what_a_crashed_run_left(_netns_usable: None) -> None:
