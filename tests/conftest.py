@@ -11,6 +11,7 @@ import pytest
 
 from demo.guided.processes import point_celery_at
 from tests.harness import Harness, PrivateRedis, harness_for
+from tests.production_server import ProductionServer, collect_static, production_server
 
 
 @pytest.fixture(scope="session")
@@ -111,3 +112,22 @@ def harness(
     with harness_for(session_redis.url) as h:
         settings.MEDIA_ROOT = h.media_root
         yield h
+
+
+@pytest.fixture(scope="session")
+def production_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """STATIC_ROOT collected with the production storage (hashed names and a manifest), once
+    per session: tests copy it before they change anything in it."""
+    root = tmp_path_factory.mktemp("static-production")
+    collect_static(root)
+    return root
+
+
+@pytest.fixture
+def production_web(
+    harness: Harness, production_static: Path, settings: Any
+) -> Iterator[ProductionServer]:
+    """The Dockerfile's web server (gunicorn + uvicorn, DJANGO_ENV=production) over HTTP."""
+    settings.OUTBOX_FAST_PATH = False  # nothing here needs the broker
+    with production_server(harness, production_static) as running:
+        yield running

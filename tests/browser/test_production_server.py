@@ -20,7 +20,7 @@ from jobs.models import EffectLedgerEntry, QuarantineRecord
 from jobs.runtime import Outcome, execute
 from tests.browser import test_ops_page
 from tests.harness import Harness
-from tests.production_server import ProductionServer, collect_static, production_server
+from tests.production_server import ProductionServer, production_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,17 +30,10 @@ ARTIFACTS = test_ops_page.ARTIFACTS
 UNSTYLED = "rgba(0, 0, 0, 0)"
 
 
-@pytest.fixture(scope="module")
-def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("static")
-    collect_static(root)
-    return root
-
-
 @pytest.fixture
-def server(harness: Harness, static_root: Path, settings: Any) -> Iterator[ProductionServer]:
+def server(harness: Harness, production_static: Path, settings: Any) -> Iterator[ProductionServer]:
     settings.OUTBOX_FAST_PATH = False
-    with production_server(harness, static_root, tls=True) as running:
+    with production_server(harness, production_static, tls=True) as running:
         yield running
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,8 @@ import jobs
 from jobs import registry
 from jobs.exceptions import ValidationFailed
 from jobs.models import Job, Tenant
-from tests.harness import Harness
 from tests.integration.api_helpers import error_code, member, submit, token_client
-from tests.production_server import PROXY_HEADERS, ProductionServer, collect_static
-from tests.production_server import production_server as start_production_server
+from tests.production_server import PROXY_HEADERS, ProductionServer
 
 DEFAULT_DEPTH = 64  # JOBS_MAX_INPUT_DEPTH's default
 NESTED_KIND = "test.nested"  # objects inside objects all the way down: jsonschema recurses
@@ -161,20 +158,6 @@ def test_chunked_body_under_wsgi_is_411__not_an_empty_body(alice: Any) -> None:
 # --- the production server (gunicorn + uvicorn): chunked bodies are read -----------------------
 
 
-@pytest.fixture(scope="module")
-def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("static")
-    collect_static(root)
-    return root
-
-
-@pytest.fixture
-def server(harness: Harness, static_root: Path, settings: Any) -> Iterator[ProductionServer]:
-    settings.OUTBOX_FAST_PATH = False  # nothing here needs the broker
-    with start_production_server(harness, static_root) as running:
-        yield running
-
-
 @pytest.fixture
 def token() -> str:
     user = User.objects.create_user(username="chunky", password="pw")
@@ -183,14 +166,14 @@ def token() -> str:
 
 
 def _post(
-    server: ProductionServer,
+    production_web: ProductionServer,
     token: str,
     chunks: list[bytes],
     path: str = "/api/jobs/",
     content_type: str = "application/json",
 ) -> tuple[int, dict[str, Any]]:
     """POST `chunks` with Transfer-Encoding: chunked and no Content-Length."""
-    conn = server.connection(timeout=30)
+    conn = production_web.connection(timeout=30)
     try:
         headers = {
             **PROXY_HEADERS,
@@ -205,8 +188,10 @@ def _post(
         conn.close()
 
 
-def _plain_post(server: ProductionServer, token: str, body: bytes) -> tuple[int, dict[str, Any]]:
-    conn = server.connection(timeout=30)
+def _plain_post(
+    production_web: ProductionServer, token: str, body: bytes
+) -> tuple[int, dict[str, Any]]:
+    conn = production_web.connection(timeout=30)
     try:
         headers = {
             **PROXY_HEADERS,
@@ -222,16 +207,18 @@ def _plain_post(server: ProductionServer, token: str, body: bytes) -> tuple[int,
 
 @pytest.mark.timeout(180)
 def test_production_server_reads_bodies_honestly__chunked_oversized_and_deep(
-    server: ProductionServer, token: str
+    production_web: ProductionServer, token: str
 ) -> None:
     body = json.dumps({"kind": "noop", "input": {"n": 1}}).encode()
-    status, answer = _post(server, token, [body[:10], body[10:25], body[25:]])
+    status, answer = _post(production_web, token, [body[:10], body[10:25], body[25:]])
     assert status == 202, answer
     assert Job.objects.get(pk=answer["id"]).input == {"n": 1}
 
     # Over the body limit (64 KiB of input + 8 KiB): measured, refused, never parsed.
     blob = json.dumps({"kind": "noop", "input": {"blob": "x" * 100_000}}).encode()
-    status, answer = _post(server, token, [blob[i : i + 8192] for i in range(0, len(blob), 8192)])
+    status, answer = _post(
+        production_web, token, [blob[i : i + 8192] for i in range(0, len(blob), 8192)]
+    )
     assert status == 413, answer
     assert answer["error"]["code"] == "too_large"
 
@@ -245,15 +232,17 @@ def test_production_server_reads_bodies_honestly__chunked_oversized_and_deep(
         f"--{boundary}--\r\n"
     ).encode()
     multipart = f"multipart/form-data; boundary={boundary}"
-    status, answer = _post(server, token, [form[:40], form[40:]], "/api/objects/", multipart)
+    status, answer = _post(
+        production_web, token, [form[:40], form[40:]], "/api/objects/", multipart
+    )
     assert status == 201, answer
     assert answer["size"] == 8 and answer["tenant"] == "chunks"
 
     for depth in (500, 10_000):
-        status, answer = _plain_post(server, token, deep_body(depth))
+        status, answer = _plain_post(production_web, token, deep_body(depth))
         assert status == 400, answer
         assert answer["error"]["code"] == "too_deep", answer
-    status, answer = _post(server, token, [deep_body(10_000)])
+    status, answer = _post(production_web, token, [deep_body(10_000)])
     assert status == 400 and answer["error"]["code"] == "too_deep", answer
 
     assert Job.objects.count() == 1

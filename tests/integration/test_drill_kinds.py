@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +20,17 @@ from tests.integration.test_production_settings import STRONG_KEY, _manage
 from tests.production_server import (
     PROXY_HEADERS,
     ProductionServer,
-    collect_static,
     production_env,
-    production_server,
 )
 
 DRILLS = ("drill.crash", "drill.sleep", "drill.malformed", "drill.read_input", "demo.report")
 REFUSAL = "are registered with DJANGO_ENV=production"
 
 
-@pytest.fixture(scope="module")
-def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("static")
-    collect_static(root)
-    return root
-
-
-@pytest.fixture
-def server(harness: Harness, static_root: Path, settings: Any) -> Iterator[ProductionServer]:
-    settings.OUTBOX_FAST_PATH = False  # nothing here needs the broker
-    with production_server(harness, static_root) as running:
-        yield running
-
-
-def _post_job(server: ProductionServer, token: str, kind: str) -> tuple[int, dict[str, Any]]:
-    conn = server.connection()
+def _post_job(
+    production_web: ProductionServer, token: str, kind: str
+) -> tuple[int, dict[str, Any]]:
+    conn = production_web.connection()
     try:
         body = json.dumps({"kind": kind, "input": {}})
         headers = {
@@ -62,18 +47,18 @@ def _post_job(server: ProductionServer, token: str, kind: str) -> tuple[int, dic
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(180)
-def test_drill_kinds_are_unknown_kinds__production_server(server: ProductionServer) -> None:
+def test_drill_kinds_are_unknown_kinds__production_server(production_web: ProductionServer) -> None:
     tenant = Tenant.objects.create(name="prod")
     user = User.objects.create_user(username="fuzzer", password="pw")
     tenant.members.add(user)
     token = Token.objects.create(user=user).key
     for kind in DRILLS:
-        status, body = _post_job(server, token, kind)
+        status, body = _post_job(production_web, token, kind)
         assert status == 400, (kind, body)
         assert body["error"]["code"] == "unknown_kind", (kind, body)
     assert not Job.objects.exists()
     # The same server accepts the example project's own kinds: only the drills are missing.
-    status, body = _post_job(server, token, "noop")
+    status, body = _post_job(production_web, token, "noop")
     assert status == 202, body
     assert list(Job.objects.values_list("kind", flat=True)) == ["noop"]
 

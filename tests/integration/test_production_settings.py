@@ -25,7 +25,6 @@ import pytest
 from jobsite.deploy import DEV_FLOWER_BASIC_AUTH, DEV_SECRET_KEY
 from tests.harness import ROOT, Harness, free_port, wait_until
 from tests.production_server import (
-    collect_static,
     dockerfile_cmd,
     production_env,
     production_server,
@@ -45,14 +44,6 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-@pytest.fixture(scope="module")
-def production_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """STATIC_ROOT collected with the production storage (hashed names and a manifest)."""
-    root = tmp_path_factory.mktemp("static-production")
-    collect_static(root)
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
 from html.parser import HTMLParser
-from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,8 +21,7 @@ from rest_framework.authtoken.models import Token
 import jobs
 from jobs.models import Job, Tenant
 from jobs.services import job_cancel
-from tests.harness import Harness
-from tests.production_server import ProductionServer, collect_static, production_server
+from tests.production_server import ProductionServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,20 +30,6 @@ WAIT_SECONDS = 20
 PROBE_WINDOW = 15.0
 PROBE_EVERY = 0.05
 HEALTHZ_P99_LIMIT = 0.250
-
-
-@pytest.fixture(scope="module")
-def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("static")
-    collect_static(root)
-    return root
-
-
-@pytest.fixture
-def server(harness: Harness, static_root: Path, settings: Any) -> Iterator[ProductionServer]:
-    settings.OUTBOX_FAST_PATH = False  # nothing here needs the broker
-    with production_server(harness, static_root) as running:
-        yield running
 
 
 def _member(username: str, tenant: Tenant) -> tuple[User, str]:
@@ -62,7 +44,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_healthz_p99_under_250ms__40_long_polls_of_20s(server: ProductionServer) -> None:
+def test_healthz_p99_under_250ms__40_long_polls_of_20s(production_web: ProductionServer) -> None:
     tenant = Tenant.objects.create(name="load")
     owner, token = _member("poller", tenant)
     job_ids = [
@@ -74,7 +56,7 @@ def test_healthz_p99_under_250ms__40_long_polls_of_20s(server: ProductionServer)
 
     def long_poll(job_id: str) -> None:
         began = time.monotonic()
-        status, _, body = server.get(
+        status, _, body = production_web.get(
             f"/api/jobs/{job_id}/?wait={WAIT_SECONDS}",
             {"Authorization": f"Token {token}"},
             timeout=WAIT_SECONDS + 30,
@@ -92,7 +74,7 @@ def test_healthz_p99_under_250ms__40_long_polls_of_20s(server: ProductionServer)
     window_ends = time.monotonic() + PROBE_WINDOW
     while time.monotonic() < window_ends:
         began = time.monotonic()
-        status, _, _ = server.get("/healthz", timeout=5)
+        status, _, _ = production_web.get("/healthz", timeout=5)
         latencies.append(time.monotonic() - began)
         assert status == 200
         if len(latencies) == 100:  # mid-window: waiting clients hold no connection each
@@ -120,7 +102,7 @@ def _connections_to_test_database() -> int:
 
 @pytest.mark.timeout(120)
 def test_long_poll_rechecks_each_read__change_revoked_member_deleted_token(
-    server: ProductionServer,
+    production_web: ProductionServer,
 ) -> None:
     tenant = Tenant.objects.create(name="acme")
     owner, owner_token = _member("owner", tenant)
@@ -131,7 +113,7 @@ def test_long_poll_rechecks_each_read__change_revoked_member_deleted_token(
     def wait_as(name: str, token: str) -> threading.Thread:
         def run() -> None:
             began = time.monotonic()
-            status, _, body = server.get(
+            status, _, body = production_web.get(
                 f"/api/jobs/{job.pk}/?wait=25", {"Authorization": f"Token {token}"}, timeout=60
             )
             results[name] = (status, time.monotonic() - began, body)
@@ -178,9 +160,9 @@ class _Links(HTMLParser):
 
 @pytest.mark.parametrize("page", ["/api/docs/", "/api/redoc/"])
 def test_api_docs_reference_no_external_host__assets_served_locally(
-    server: ProductionServer, page: str
+    production_web: ProductionServer, page: str
 ) -> None:
-    status, headers, body = server.get(page)
+    status, headers, body = production_web.get(page)
     assert status == 200, body[:500]
     html = body.decode()
     # No absolute URL anywhere in the page: not in a tag, not in the inline script.
@@ -192,30 +174,30 @@ def test_api_docs_reference_no_external_host__assets_served_locally(
     for url in links.urls:
         assert not urlsplit(url).netloc, url
     for url in assets:
-        status, headers, content = server.get(url)
+        status, headers, content = production_web.get(url)
         assert status == 200 and content, url
         assert "immutable" in headers.get("cache-control", ""), (url, headers)
     if page == "/api/docs/":
         assert '"validatorUrl": null' in html  # no badge fetched from swagger.io
 
 
-def test_static_files_served__admin_css_hashed_and_cached(server: ProductionServer) -> None:
-    status, _, body = server.get("/admin/login/")
+def test_static_files_served__admin_css_hashed_and_cached(production_web: ProductionServer) -> None:
+    status, _, body = production_web.get("/admin/login/")
     assert status == 200
     (css,) = re.findall(r'href="(/static/admin/css/base\.[0-9a-f]{12}\.css)"', body.decode())
-    status, headers, content = server.get(css, {"Accept-Encoding": "gzip"})
+    status, headers, content = production_web.get(css, {"Accept-Encoding": "gzip"})
     assert status == 200 and headers["content-type"].startswith("text/css")
     assert headers.get("content-encoding") == "gzip" and content
     assert "max-age=315360000" in headers["cache-control"]
     # Without the proxy's header the app redirects to HTTPS; probes stay on plain HTTP.
-    assert _plain_http(server, "/admin/login/")[0] == 301
-    assert _plain_http(server, "/admin/login/")[1].startswith("https://")
-    assert _plain_http(server, "/healthz") == (200, "")
+    assert _plain_http(production_web, "/admin/login/")[0] == 301
+    assert _plain_http(production_web, "/admin/login/")[1].startswith("https://")
+    assert _plain_http(production_web, "/healthz") == (200, "")
 
 
-def _plain_http(server: ProductionServer, path: str) -> tuple[int, str]:
+def _plain_http(production_web: ProductionServer, path: str) -> tuple[int, str]:
     """A request without the proxy's X-Forwarded-Proto: (status, Location)."""
-    conn = server.connection()
+    conn = production_web.connection()
     try:
         conn.request("GET", path)
         response = conn.getresponse()
