@@ -101,13 +101,20 @@ def connect() -> None:
 
 
 def jobs_schedule() -> dict[str, dict[str, Any]]:
-    """The reaper and the reconciler, for the project's beat."""
+    """The reaper, the redelivery check and the reconciler, for the project's beat."""
     reap, reconcile = jobs_settings.REAP_INTERVAL, jobs_settings.RECONCILE_INTERVAL
+    redeliver = jobs_settings.REDELIVER_INTERVAL
     return {
         "jobs-reap": {
             "task": "jobs.maintenance.reap",
             "schedule": reap,
             "options": {"expires": max(reap * 5, 10)},
+        },
+        "jobs-redeliver": {
+            "task": "jobs.maintenance.redeliver",
+            "schedule": redeliver,
+            # A run that waited longer than this is superseded by the next one.
+            "options": {"expires": max(redeliver * 5, 10)},
         },
         "jobs-reconcile": {
             "task": "jobs.maintenance.reconcile",

@@ -61,6 +61,32 @@ class JobsSettings(AppSettings):
             "Due work with a published message nobody claimed for this long counts as lost.",
             positive=True,
         ),
+        "REDELIVER_INTERVAL": Setting(
+            2.0,
+            "Seconds between redelivery checks (beat): published due work nobody claimed "
+            "within its delivery deadline is published again (jobs.redeliver).",
+            positive=True,
+        ),
+        "DELIVERY_DEADLINE_MIN": Setting(
+            5.0,
+            "Shortest delivery deadline (seconds): an idle system republishes a lost message "
+            "this long after its publish.",
+            positive=True,
+        ),
+        "DELIVERY_DEADLINE_FACTOR": Setting(
+            2.0,
+            "The deadline is this many times the backlog's drain time (backlog / completions "
+            "per second), the largest measured since the message was published.",
+            positive=True,
+        ),
+        "DELIVERY_DEADLINE_MAX": Setting(
+            300.0,
+            "Longest delivery deadline (seconds), also when the drain time is unknown.",
+            positive=True,
+        ),
+        "REDELIVER_BATCH": Setting(
+            500, "Most jobs one redelivery check publishes again.", positive=True
+        ),
         "WORKER_HEARTBEAT_INTERVAL": Setting(
             15.0, "How often a worker records that it is alive (/ops/).", positive=True
         ),
@@ -107,6 +133,11 @@ class JobsSettings(AppSettings):
     REAP_INTERVAL: float
     RECONCILE_INTERVAL: float
     RECONCILE_STALE_AFTER: float
+    REDELIVER_INTERVAL: float
+    DELIVERY_DEADLINE_MIN: float
+    DELIVERY_DEADLINE_FACTOR: float
+    DELIVERY_DEADLINE_MAX: float
+    REDELIVER_BATCH: int
     WORKER_HEARTBEAT_INTERVAL: float
     WORKER_DB_PROBE_INTERVAL: float
     WORKER_NAME: str

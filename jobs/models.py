@@ -374,3 +374,19 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DrainSample(models.Model):
+    """One redelivery check's estimate of how long the due backlog needs (jobs.redeliver).
+
+    A message's delivery deadline is set by the largest estimate since it was published, so
+    the few hundred newest samples are kept and older ones pruned by the check itself."""
+
+    id = models.BigAutoField(primary_key=True)
+    taken_at = models.DateTimeField()
+    backlog = models.PositiveIntegerField()
+    drain_rate = models.FloatField()  # completions per second over the last minute
+    wait_seconds = models.FloatField()  # +inf: nothing drains while workers are busy
+
+    def __str__(self) -> str:
+        return f"drain sample {self.taken_at:%H:%M:%S} wait={self.wait_seconds:.1f}s"

@@ -24,6 +24,7 @@ EFFECTS_REUSED = "effects_reused_total"
 EXPIRED_LEASES = "expired_leases_total"
 INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
+REDELIVERED = "redelivered_total"  # published again past the delivery deadline
 
 _UPSERT = "SELECT jobs_signal_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0007)
 

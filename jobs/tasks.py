@@ -70,6 +70,15 @@ def reap() -> dict[str, Any]:
     return {"expired": result.expired, "retried": result.retried, "quarantined": result.quarantined}
 
 
+# Every JOBS_REDELIVER_INTERVAL (2 s): no task events either.
+@shared_task(name="jobs.maintenance.redeliver", ignore_result=False, send_events=False)
+def redeliver() -> dict[str, Any]:
+    """Beat: publish again the due work nobody claimed within its delivery deadline."""
+    from .ops.redeliver import redeliver_run
+
+    return redeliver_run().as_dict()
+
+
 @shared_task(name="jobs.maintenance.reconcile", ignore_result=False)
 def reconcile() -> dict[str, Any]:
     """Beat: re-enqueue work the broker lost; the stored result is the check's summary."""

@@ -30,6 +30,7 @@ SIGNAL_COUNTERS: tuple[tuple[str, str], ...] = (
     (signals.EXPIRED_LEASES, "Leases the reaper found expired and recovered."),
     (signals.RELAY_PUBLISHED, "Outbox rows published to the broker (relay and fast path)."),
     (signals.DEFERRED_DELIVERIES, "Deliveries acknowledged because the job was not runnable yet."),
+    (signals.REDELIVERED, "Jobs published again: no claim within the delivery deadline."),
 )
 
 

@@ -57,7 +57,8 @@ def _undelivered(cutoff: datetime) -> QuerySet[OutboxEntry]:
     return OutboxEntry.objects.filter(Q(published_at__isnull=True) | Q(published_at__gte=cutoff))
 
 
-def _earlier_in_key() -> QuerySet[Job]:
+def earlier_in_key() -> QuerySet[Job]:
+    """Active jobs of the outer job's serialization key created before it (it is not the head)."""
     return Job.objects.filter(
         serialization_key=OuterRef("serialization_key"),
         state__in=[s.value for s in ACTIVE],
@@ -68,19 +69,19 @@ def _earlier_in_key() -> QuerySet[Job]:
 def lost_jobs(*, stale_after: float) -> QuerySet[Job]:
     """Due jobs whose every message was published long ago (module docstring), oldest first.
 
-    Caps are checked per job by `_blocked_by_caps` (they need the kind's registry spec).
+    Caps are checked per job by `blocked_by_caps` (they need the kind's registry spec).
     """
     cutoff = timezone.now() - timedelta(seconds=stale_after)
     return (
         Job.objects.filter(state__in=[s.value for s in CLAIMABLE], next_attempt_at__lt=cutoff)
         .filter(Exists(OutboxEntry.objects.filter(job_id=OuterRef("pk"))))
         .exclude(Exists(_undelivered(cutoff).filter(job_id=OuterRef("pk"))))
-        .exclude(Q(serialization_key__isnull=False) & Exists(_earlier_in_key()))
+        .exclude(Q(serialization_key__isnull=False) & Exists(earlier_in_key()))
         .order_by("next_attempt_at")
     )
 
 
-def _blocked_by_caps(job: Job) -> bool:
+def blocked_by_caps(job: Job) -> bool:
     """The claim's cap rules (jobs.leases): a full tenant or kind makes the job wait its turn."""
     spec = registry.kind_version(job.kind, job.kind_version)
     if spec is None:
@@ -102,7 +103,7 @@ def lost_job_ids(*, stale_after: float, limit: int = 1000) -> list[UUID]:
     # One bounded fetch (a server-side cursor gets a much slower plan here); capped jobs
     # beyond it are found by the next run.
     for job in candidates[: limit * 4]:
-        if not _blocked_by_caps(job):
+        if not blocked_by_caps(job):
             found.append(job.pk)
             if len(found) >= limit:
                 break
@@ -119,7 +120,7 @@ def _repair_batch(job_ids: list[UUID], *, stale_after: float) -> list[str]:
             .select_for_update(skip_locked=True, of=("self",))
         )
         for job in locked:
-            if _blocked_by_caps(job):
+            if blocked_by_caps(job):
                 continue
             job_enqueue_execute(job, fast_path=False)
             job_event_record(
