@@ -15,7 +15,7 @@ CELERY_BROKER_URL ?= redis://127.0.0.1:6379/$(REDIS_DB)
 export CELERY_BROKER_URL
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-matrix test-fast lint format demo bench chaos migrate services clean
+.PHONY: setup run test test-matrix test-fast lint format demo bench bench-slow-link chaos migrate services clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 1; }
@@ -78,6 +78,11 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/run_all.py
+
+# Slow links alone (bench/slowlink.py): the backlog drain with every connection 1 ms away
+# each way; replaces only its section and target rows of docs/benchmarks.md.
+bench-slow-link: setup
+	$(BIN)/python bench/run_all.py --only slowlink --write-docs
 
 chaos: setup
 	$(BIN)/python -m tests.chaos.soak $(CHAOS_ARGS)

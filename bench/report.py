@@ -102,6 +102,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": ratio >= 0.8,
             }
         )
+    if results.get("slowlink"):
+        from bench import slowlink_report
+
+        out += slowlink_report.targets(results["slowlink"])
     scale = results.get("scale")
     if scale:
         ratio = scale["ratio_1m_vs_10k"]
@@ -316,6 +320,10 @@ def _tables(results: dict[str, Any]) -> list[str]:
         lines += _serial_table(results["serial"])
     if results.get("backlog"):
         lines += _backlog_table(results["backlog"])
+    if results.get("slowlink"):
+        from bench import slowlink_report
+
+        lines += slowlink_report.table(results["slowlink"])
     return lines
 
 
@@ -612,6 +620,8 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "python bench/run_all.py --only cpu,calls  # and each database call alone, the ceiling",
         "python bench/run_all.py --only backlog,submitmany   # the batch path, 10,000 jobs",
         "python bench/run_all.py --only backlog --backlog 2000 --concurrency 2",
+        "python bench/run_all.py --only slowlink --write-docs  # make bench-slow-link: "
+        "section 9 alone",
         "python bench/run_all.py --render       # rewrite this file from var/bench/last.json",
         "```",
         "",

@@ -2,11 +2,13 @@
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
        python bench/run_all.py [--quick] [--only submit,submitmany,relay,latency,e2e,cpu,
-                                                 calls,backlog,scale,serial]
+                                                 calls,backlog,scale,serial,slowlink]
                                [--jobs N] [--backlog N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
-others print only (results in var/bench/last-partial.json) unless --write-docs. It uses
+others print only (results in var/bench/last-partial.json) unless --write-docs; with
+`--only slowlink --write-docs` (`make bench-slow-link`) only the slow-link section and its
+target rows of the doc are replaced. It uses
 its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
 started for the run.
 """
@@ -39,7 +41,9 @@ SCENARIOS = [
     "backlog",
     "scale",
     "serial",
+    "slowlink",
 ]
+SPLICED = {"slowlink"}  # scenarios whose section --write-docs can replace alone
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -164,6 +168,10 @@ def main(argv: list[str]) -> int:
                     from bench import backlog
 
                     results[name] = getattr(backlog, f"scenario_{name}")(bench)
+                elif name == "slowlink":
+                    from bench.slowlink import scenario_slowlink
+
+                    results[name] = scenario_slowlink(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals
@@ -193,12 +201,20 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     full = set(args.selected) == set(SCENARIOS) and not args.quick
     writes_doc = args.write_docs or (full and not args.no_docs)
-    # last.json is what --render rewrites the doc from: only a run that wrote the doc
+    splices = writes_doc and not full and set(args.selected) <= SPLICED
+    # last.json is what --render rewrites the doc from: only a run that wrote the whole doc
     # replaces it; any other run keeps its results in last-partial.json.
-    (out_dir / ("last.json" if writes_doc else "last-partial.json")).write_text(
+    (out_dir / ("last.json" if writes_doc and not splices else "last-partial.json")).write_text(
         json.dumps({"meta": meta, "results": results, "targets": targets}, indent=2)
     )
-    if writes_doc:
+    if splices:
+        from bench import slowlink_report
+
+        path = ROOT / "docs" / "benchmarks.md"
+        section = slowlink_report.table(results["slowlink"], meta)
+        path.write_text(slowlink_report.splice(path.read_text(), section, targets))
+        print(f"replaced the slow-link section of {path.relative_to(ROOT)}")
+    elif writes_doc:
         path = ROOT / "docs" / "benchmarks.md"
         path.write_text(report.markdown(meta, results, targets))
         print(f"wrote {path.relative_to(ROOT)}")

@@ -9,6 +9,10 @@ at any time from the test's thread:
 - `refuse()`: stop listening, so a new connection is refused by the kernel (ECONNREFUSED);
   open connections carry on.
 
+`chunks["up"]` / `chunks["down"]` count the reads forwarded each way (client -> upstream, upstream
+-> client): a client that waits for each answer sends one chunk per round trip, so the bench
+(bench/slowlink.py) counts round trips with them; `observe`, when set, sees each chunk too.
+
 A blackhole is not made here: a proxy that drops bytes still ACKs them, which is not what a
 partition does to TCP. Cut the path to the proxy with `Host.blackhole()` instead.
 """
@@ -20,7 +24,7 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 CHUNK = 64 * 1024
@@ -43,6 +47,9 @@ class FaultProxy:
         self.delay_seconds = 0.0
         self.resetting = False
         self.accepted = 0
+        self.chunks = {"up": 0, "down": 0}
+        # (direction, connection number, data) for each chunk, on the proxy's thread
+        self.observe: Callable[[str, int, bytes], None] | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -67,6 +74,7 @@ class FaultProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        number = self.accepted
         if self.resetting:
             _abort_with_rst(writer)
             return
@@ -77,8 +85,8 @@ class FaultProxy:
             return
         self._open.update((writer, up_writer))
         pumps = [
-            asyncio.ensure_future(self._pump(reader, up_writer)),
-            asyncio.ensure_future(self._pump(up_reader, writer)),
+            asyncio.ensure_future(self._pump(reader, up_writer, "up", number)),
+            asyncio.ensure_future(self._pump(up_reader, writer, "down", number)),
         ]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
@@ -89,7 +97,13 @@ class FaultProxy:
                 self._open.discard(end)
                 end.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        direction: str = "up",
+        number: int = 0,
+    ) -> None:
         """Copy one direction, each chunk held until its due time (ordered, so FIFO is right)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -107,6 +121,9 @@ class FaultProxy:
         delivering = asyncio.ensure_future(deliver())
         try:
             while data := await reader.read(CHUNK):
+                self.chunks[direction] += 1
+                if self.observe is not None:
+                    self.observe(direction, number, data)
                 await queue.put((loop.time() + self.delay_seconds, data))
             await queue.put((loop.time() + self.delay_seconds, b""))
             await delivering

@@ -1,0 +1,161 @@
+"""The slow-link scenario's targets and section of docs/benchmarks.md (bench/slowlink.py).
+
+A full run renders the section with the others; `run_all.py --only slowlink --write-docs`
+(`make bench-slow-link`) replaces only this section and its target rows in the existing doc.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TARGET_SLOW_VS_RAW = 3.0
+TARGET_SLOW_VS_OWN = 0.8
+BEGIN, END = "<!-- slowlink: begin -->", "<!-- slowlink: end -->"
+TARGET_PREFIX = "slow link:"
+INSERT_BEFORE = "## API submission latency"
+
+LABELS = {
+    "direct": "direct (no proxy)",
+    "proxy0": "proxies, 0 ms",
+    "proxy1": "proxies, 1 ms each way",
+}
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:,.{digits}f}"
+
+
+def targets(slow: dict[str, Any]) -> list[dict[str, Any]]:
+    ratios, c, ms = slow["ratios"], slow["concurrency"], slow["delay_ms"]
+    vs_raw, vs_own = ratios["durable_slow_vs_raw_slow"], ratios["durable_slow_vs_durable_proxy0"]
+    return [
+        {
+            "name": f"{TARGET_PREFIX} durable drain >= {TARGET_SLOW_VS_RAW:.0f}x raw Celery, "
+            f"both {ms:g} ms each way (c={c})",
+            "value": f"{vs_raw:.2f}x",
+            "ok": vs_raw >= TARGET_SLOW_VS_RAW,
+        },
+        {
+            "name": f"{TARGET_PREFIX} durable drain at {ms:g} ms each way >= "
+            f"{TARGET_SLOW_VS_OWN}x its own through the proxies at 0 ms (c={c})",
+            "value": f"{vs_own:.2f}x",
+            "ok": vs_own >= TARGET_SLOW_VS_OWN,
+        },
+    ]
+
+
+def _breakdown(slow: dict[str, Any], key: str, kind: str) -> list[str]:
+    rows = slow["by_link"][key].get(f"{kind}_by_label") or []
+    return [f"  - {per_job:.3f}: `{label}`" for label, per_job in rows]
+
+
+def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]:
+    """The section; with `meta` (a run of this scenario alone) it says which run it was."""
+    r, rtt = slow["ratios"], slow["round_trip_ms"]
+    lines = [
+        BEGIN,
+        "### 9. Slow links: the backlog drain 1 ms away (`bench/slowlink.py`)",
+        "",
+    ]
+    if meta is not None:
+        lines += [
+            f"Recorded alone by `{meta['command'].strip()}` (`make bench-slow-link`) on "
+            f"{meta['date']}, {meta['elapsed_s']:.0f} s, load average at start "
+            f"{meta['machine']['load_at_start']}; the rest of this file is from the run above.",
+            "",
+        ]
+    lines += [
+        f"The drain of section 8 ({slow['jobs']:,} no-op jobs queued, then one worker of "
+        f"concurrency {slow['concurrency']} started; durable with `submit_many` and messages of "
+        f"up to {slow['batch_max']} jobs, raw Celery one message per task) over three links, "
+        f"all six contender x link pairs taking turns, {slow['rounds']} rounds, order rotated. "
+        "Behind the proxies, the driver (submits, fast-path publishes) and the worker are "
+        "two hosts, each with its own FaultProxy (`tests/network/proxy.py`) to PostgreSQL and "
+        "to Redis; every connection of the contender's processes goes through them (the "
+        "bench's own counters go direct). The proxies run in the driver process, sharing "
+        "this machine's 2 cores with everything else.",
+        "",
+        "Round trips measured (median of 50, `SELECT 1` / `PING` through the worker's "
+        "proxies): "
+        + "; ".join(
+            f"{LABELS[k]} {v['postgres_ms']:.2f} / {v['redis_ms']:.2f} ms" for k, v in rtt.items()
+        )
+        + ".",
+        "",
+        "Round trips per job: chunks the worker's proxies forwarded upstream from the worker's "
+        "spawn to its stop (start-up and idle polls included), divided by the jobs; a client "
+        "that waits for each answer sends one chunk per round trip (a pipeline is one). "
+        "Submit round trips: the driver's proxies over the whole round.",
+        "",
+        "| link | contender | jobs/s (drain) | worker PG round trips/job | worker Redis round "
+        "trips/job | submit PG / Redis round trips/job | commits/job | jobs/message | worker "
+        "CPU ms/job | proxy CPU ms/job |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for link in ("direct", "proxy0", "proxy1"):
+        for contender, name in (("durable", "durable"), ("raw_celery", "raw Celery")):
+            row = slow["by_link"][f"{contender}_{link}"]
+            submit = ""
+            if "submit_pg_round_trips_per_job" in row:
+                submit = (
+                    f"{row['submit_pg_round_trips_per_job']:.3f} / "
+                    f"{row['submit_redis_round_trips_per_job']:.3f}"
+                )
+            lines.append(
+                f"| {LABELS[link]} | {name} | {_f(row['jobs_per_s'])} | "
+                f"{_f(row.get('pg_round_trips_per_job'), 3)} | "
+                f"{_f(row.get('redis_round_trips_per_job'), 3)} | {submit} | "
+                f"{_f(row.get('db_commits_per_job'), 3)} | {_f(row['jobs_per_message'])} | "
+                f"{_f(row['worker_cpu_ms_per_job'], 2)} | "
+                f"{_f(row.get('proxy_cpu_ms_per_job'), 3)} |"
+            )
+    lines += [
+        "",
+        "Ratios (medians of per-round ratios):",
+        "",
+        f"- durable / raw Celery, both 1 ms each way: **{r['durable_slow_vs_raw_slow']:.2f}x**"
+        f" (through the proxies at 0 ms: {r['durable_proxy0_vs_raw_proxy0']:.2f}x)",
+        f"- durable at 1 ms / durable at 0 ms: **{r['durable_slow_vs_durable_proxy0']:.2f}x**"
+        f"; raw Celery at 1 ms / at 0 ms: {r['raw_slow_vs_raw_proxy0']:.2f}x",
+        f"- the proxies themselves (0 ms / direct): durable {r['durable_proxy0_vs_direct']:.2f}x,"
+        f" raw Celery {r['raw_proxy0_vs_direct']:.2f}x",
+        "",
+        "Per-round drain throughput (jobs/s): "
+        + "; ".join(f"{key} {row['rounds']}" for key, row in slow["by_link"].items()),
+        "",
+        "Where the worker's round trips go at 1 ms (per job, the most frequent first; a "
+        "PostgreSQL chunk is named by the statement it carries):",
+        "",
+    ]
+    for key, name in (("durable_proxy1", "durable"), ("raw_celery_proxy1", "raw Celery")):
+        for kind, what in (("pg", "PostgreSQL"), ("redis", "Redis")):
+            rows = _breakdown(slow, key, kind)
+            if rows:
+                lines += [f"- {name}, {what}:", *rows]
+    lines += ["", END, ""]
+    return lines
+
+
+def splice(doc: str, section: list[str], checks: list[dict[str, Any]]) -> str:
+    """`doc` with its slow-link section and target rows replaced by these (or added)."""
+    text = "\n".join(section)
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        doc = head + text + tail
+    elif INSERT_BEFORE in doc:
+        head, tail = doc.split(INSERT_BEFORE, 1)
+        doc = head + text + INSERT_BEFORE + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    lines = [ln for ln in doc.split("\n") if not ln.startswith(f"| {TARGET_PREFIX}")]
+    rows = [f"| {t['name']} | {t['value']} | {'PASS' if t['ok'] else '**FAIL**'} |" for t in checks]
+    if "| target | measured | result |" in lines:
+        at = lines.index("| target | measured | result |") + 2
+        while at < len(lines) and lines[at].startswith("|"):
+            at += 1
+        lines[at:at] = rows
+    return "\n".join(lines)
