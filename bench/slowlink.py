@@ -40,7 +40,17 @@ import psycopg
 import redis
 
 from bench.backlog import Drain, durable_drain, raw_drain
-from bench.infra import PG_HOST, PG_PORT, PG_USER, Fleet, Proc, db_name, ensure_database, median
+from bench.infra import (
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    Fleet,
+    Proc,
+    db_name,
+    ensure_database,
+    median,
+    pg_connect,
+)
 from bench.scenarios import Bench, bench_owner, close_driver_db, log, use_target
 from tests.network.proxy import FaultProxy
 
@@ -270,6 +280,32 @@ class LinkRound:
     proxy_cpu_s: float = 0.0
     pg_labels: Counter[str] = field(default_factory=Counter)
     redis_labels: Counter[str] = field(default_factory=Counter)
+    cycle_ms: tuple[float, float] | None = None  # durable: median (busy, gap) per message
+
+
+# Per pool process (the lease owner's pid), each message's jobs share one claim (started_at)
+# and one group commit (finished_at): `busy` is claim -> completion inside the process, `gap`
+# the previous completion -> this claim (its commit, the ack, the next delivery, the claim).
+CYCLE_SQL = """
+WITH m AS (
+    SELECT split_part(lease_owner, ':', 3) AS pid, started_at, max(finished_at) AS finished_at
+    FROM jobs_job WHERE lease_owner IS DISTINCT FROM 'bench-fill' GROUP BY 1, 2
+), c AS (
+    SELECT extract(epoch FROM finished_at - started_at) * 1000 AS busy,
+           extract(epoch FROM started_at - lag(finished_at) OVER w) * 1000 AS gap
+    FROM m WINDOW w AS (PARTITION BY pid ORDER BY started_at)
+)
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY busy),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) FROM c
+"""
+
+
+def message_cycle_ms(db: str) -> tuple[float, float]:
+    """Median (busy, gap) ms of a durable drain's messages, per pool process (CYCLE_SQL)."""
+    with pg_connect(db) as conn:
+        row = conn.execute(CYCLE_SQL).fetchone()
+    assert row is not None
+    return float(row[0]), float(row[1])
 
 
 def _one(
@@ -278,7 +314,8 @@ def _one(
     if link is None:
         point_driver((PG_HOST, PG_PORT))
         if contender == "durable":
-            return LinkRound("direct", durable_drain(b, db, owner, n, c, analyze=False))
+            drain = durable_drain(b, db, owner, n, c, analyze=False)
+            return LinkRound("direct", drain, cycle_ms=message_cycle_ms(db))
         return LinkRound("direct", raw_drain(b, n, c))
     fleet = LinkFleet(workdir=b.fleet.workdir, procs=b.fleet.procs, link=link)
     lb = LinkBench(**{**vars(b), "fleet": fleet, "driver_redis_port": link.driver_redis.port})
@@ -303,6 +340,7 @@ def _one(
         proxy_cpu_s=fleet.cpu_at_stop - fleet.cpu_at_spawn,
         pg_labels=pgl1 - pgl0,
         redis_labels=rdl1 - rdl0,
+        cycle_ms=message_cycle_ms(db) if contender == "durable" else None,
     )
 
 
@@ -317,6 +355,9 @@ def _summary(rounds: list[LinkRound]) -> dict[str, Any]:
     }
     if rounds[0].drain.commits:
         out["db_commits_per_job"] = median([r.drain.commits / n for r in rounds])
+    if rounds[0].cycle_ms is not None:
+        out["message_busy_ms"] = median([r.cycle_ms[0] for r in rounds if r.cycle_ms])
+        out["message_gap_ms"] = median([r.cycle_ms[1] for r in rounds if r.cycle_ms])
     if rounds[0].link != "direct":
         out["pg_round_trips_per_job"] = median([r.pg_up / n for r in rounds])
         out["redis_round_trips_per_job"] = median([r.redis_up / n for r in rounds])
