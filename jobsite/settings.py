@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import dj_database_url
 import pythonjsonlogger.core
+from psycopg.conninfo import conninfo_to_dict
 
 import jobsite.checks  # noqa: F401  (registers the project's deploy checks)
 from jobsite import deploy
@@ -91,8 +94,26 @@ TEMPLATES = [
 # of persistent ones (which leak under ASGI: each request runs its sync code in a thread of
 # its own). jobsite.asgi sets it for the web server.
 DATABASE_POOL_SIZE = int(os.environ.get("DATABASE_POOL_SIZE", "0"))
+
+
+def database_from_url(url: str, **options: Any) -> dj_database_url.DBConfig:
+    """dj_database_url.parse, plus libpq's multi-host URL that it refuses (a failover pair:
+    postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write): HOST and PORT
+    become libpq's comma-separated lists, tried in order (docs/operations.md "PostgreSQL
+    failover")."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return dj_database_url.parse(url, **options)
+    one_host = urlunsplit(parts._replace(netloc=f"{userinfo}{at}{hosts.split(',', 1)[0]}"))
+    config = dj_database_url.parse(one_host, **options)
+    libpq = conninfo_to_dict(url)
+    config["HOST"], config["PORT"] = str(libpq["host"]), str(libpq.get("port", ""))
+    return config
+
+
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": database_from_url(
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/durable_jobs"),
         conn_max_age=0
         if DATABASE_POOL_SIZE
