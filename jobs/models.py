@@ -387,6 +387,9 @@ class DrainSample(models.Model):
     backlog = models.PositiveIntegerField()
     drain_rate = models.FloatField()  # completions per second over the last minute
     wait_seconds = models.FloatField()  # +inf: nothing drains while workers are busy
+    # Where this run's window of due jobs ended: the next run goes on from there.
+    scan_after_due = models.DateTimeField(null=True, blank=True)
+    scan_after_id = models.UUIDField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"drain sample {self.taken_at:%H:%M:%S} wait={self.wait_seconds:.1f}s"

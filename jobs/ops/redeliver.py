@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q, Subquery
@@ -115,16 +116,26 @@ def delivery_deadline(*, wait: float, republished: int, rule: DeadlineRule) -> f
     return min(rule.maximum, base * 2 ** min(republished, 32))
 
 
-def wait_since(
-    samples: list[tuple[datetime, float]], published_at: datetime, *, slack: float
-) -> float:
-    """The largest drain time sampled since `published_at` (`samples` sorted by time);
-    infinite when no sample was taken within `slack` before or after it (unknown history)."""
-    start = bisect.bisect_left([at for at, _ in samples], published_at - timedelta(seconds=slack))
-    recent = samples[start:]
-    if not recent or recent[0][0] > published_at + timedelta(seconds=slack):
-        return math.inf
-    return max(wait for _, wait in recent)
+class DrainHistory:
+    """The drain times sampled by earlier runs, sorted, with suffix maxima: `wait_since` is
+    a binary search, so judging a window of thousands of jobs costs no more than reading it."""
+
+    def __init__(self, samples: list[tuple[datetime, float]]) -> None:
+        self.times = [at for at, _ in samples]
+        self.suffix_max = [0.0] * len(samples)
+        largest = -math.inf
+        for index in range(len(samples) - 1, -1, -1):
+            largest = max(largest, samples[index][1])
+            self.suffix_max[index] = largest
+
+    def wait_since(self, published_at: datetime, *, slack: float) -> float:
+        """The largest drain time sampled since `published_at` (from `slack` before it);
+        infinite when no sample was taken within `slack` of it (unknown history)."""
+        margin = timedelta(seconds=slack)
+        start = bisect.bisect_left(self.times, published_at - margin)
+        if start == len(self.times) or self.times[start] > published_at + margin:
+            return math.inf
+        return self.suffix_max[start]
 
 
 @dataclass
@@ -188,19 +199,55 @@ def drain_measure(now: datetime, rule: DeadlineRule) -> Drain:
     return Drain(backlog=backlog, rate=rate, busy=busy)
 
 
-def _samples_keep(now: datetime, drain: Drain, rule: DeadlineRule) -> list[tuple[datetime, float]]:
+Cursor = tuple[datetime, UUID]
+
+
+def _cursor_last() -> Cursor | None:
+    """Where the previous run's window ended (None: start from the oldest due job)."""
+    last = DrainSample.objects.order_by("-taken_at").first()
+    if last is None or last.scan_after_due is None or last.scan_after_id is None:
+        return None
+    return (last.scan_after_due, last.scan_after_id)
+
+
+def _samples_keep(
+    now: datetime, drain: Drain, cursor: Cursor | None, rule: DeadlineRule
+) -> list[tuple[datetime, float]]:
     DrainSample.objects.create(
-        taken_at=now, backlog=drain.backlog, drain_rate=drain.rate, wait_seconds=drain.wait
+        taken_at=now,
+        backlog=drain.backlog,
+        drain_rate=drain.rate,
+        wait_seconds=drain.wait,
+        scan_after_due=cursor[0] if cursor else None,
+        scan_after_id=cursor[1] if cursor else None,
     )
     horizon = now - timedelta(seconds=rule.maximum + 4 * jobs_settings.REDELIVER_INTERVAL)
     DrainSample.objects.filter(taken_at__lt=horizon).delete()
     return list(DrainSample.objects.order_by("taken_at").values_list("taken_at", "wait_seconds"))
 
 
-def undelivered_candidates(*, published_before: datetime, limit: int) -> list[Job]:
-    """Due jobs whose newest outbox row was published before `published_before`, heads of
-    their key only, oldest due first; annotated with that row (`entry_id`,
-    `entry_published_at`) and `deliveries`, the rows of this due period."""
+def due_window(
+    *, due_before: datetime, after: Cursor | None, limit: int
+) -> tuple[list[UUID], Cursor | None]:
+    """The next `limit` due jobs by (next_attempt_at, id) after `after`, from the due index,
+    and where the next window starts (None once the end is reached: the next run starts over).
+    So each run costs at most `limit` rows however old the backlog, and every due job is
+    looked at within ceil(due / limit) runs."""
+    due = Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lt=due_before)
+    if after is not None:
+        due = due.filter(
+            Q(next_attempt_at__gt=after[0]) | Q(next_attempt_at=after[0], pk__gt=after[1])
+        )
+    rows = list(due.order_by("next_attempt_at", "pk").values_list("next_attempt_at", "pk")[:limit])
+    last_due, last_id = rows[-1] if rows else (None, None)
+    cursor = (last_due, last_id) if len(rows) == limit and last_due and last_id else None
+    return [pk for _, pk in rows], cursor
+
+
+def undelivered_candidates(*, job_ids: list[UUID], published_before: datetime) -> list[Job]:
+    """Of `job_ids`, those still due whose newest outbox row was published before
+    `published_before`, heads of their key only, oldest due first; annotated with that row
+    (`entry_id`, `entry_published_at`) and `deliveries`, the rows of this due period."""
     newest = OutboxEntry.objects.filter(job_id=OuterRef("pk")).order_by("-id")
     period = (
         OutboxEntry.objects.filter(
@@ -212,7 +259,7 @@ def undelivered_candidates(*, published_before: datetime, limit: int) -> list[Jo
         .values("n")
     )
     return list(
-        Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lt=published_before)
+        Job.objects.filter(pk__in=job_ids, state__in=_CLAIMABLE)
         .annotate(
             entry_id=Subquery(newest.values("id")[:1]),
             entry_published_at=Subquery(newest.values("published_at")[:1]),
@@ -221,7 +268,7 @@ def undelivered_candidates(*, published_before: datetime, limit: int) -> list[Jo
         .filter(entry_published_at__lt=published_before)
         .exclude(Q(serialization_key__isnull=False) & Exists(earlier_in_key()))
         .only("id", "kind", "kind_version", "tenant_id", "generation", "state", "next_attempt_at")
-        .order_by("next_attempt_at")[:limit]
+        .order_by("next_attempt_at")
     )
 
 
@@ -234,11 +281,12 @@ def _overdue(
     rule: DeadlineRule,
 ) -> list[Job]:
     slack = 2 * float(jobs_settings.REDELIVER_INTERVAL)
+    history = DrainHistory(samples)
     overdue = []
     for job in jobs:
         published: datetime = job.entry_published_at  # type: ignore[attr-defined]
         # An idle system (module docstring) ignores the history: nobody is working on it.
-        wait = wait_since(samples, published, slack=slack) if drain.busy else 0.0
+        wait = history.wait_since(published, slack=slack) if drain.busy else 0.0
         republished = max((job.deliveries or 1) - 1, 0)  # type: ignore[attr-defined]
         deadline = delivery_deadline(wait=wait, republished=republished, rule=rule)
         if (now - published).total_seconds() > deadline and not blocked_by_caps(job):
@@ -281,19 +329,19 @@ def redeliver_run(*, rule: DeadlineRule | None = None, batch: int | None = None)
             return RedeliverResult(ran=False)
         now = _db_now()
         drain = drain_measure(now, rule)
-        samples = _samples_keep(now, drain, rule)
-        result = RedeliverResult(backlog=drain.backlog, rate=drain.rate, wait=drain.wait)
-        if not workers_live().exists():
-            return result
         # No deadline is shorter than this one, so older rows are all the check may need.
         shortest = (
             rule.minimum
             if not drain.busy
             else delivery_deadline(wait=drain.wait, republished=0, rule=rule)
         )
-        jobs = undelivered_candidates(
-            published_before=now - timedelta(seconds=shortest), limit=most * 4
-        )
+        cutoff = now - timedelta(seconds=shortest)
+        window, cursor = due_window(due_before=cutoff, after=_cursor_last(), limit=most * 4)
+        samples = _samples_keep(now, drain, cursor, rule)
+        result = RedeliverResult(backlog=drain.backlog, rate=drain.rate, wait=drain.wait)
+        if not window or not workers_live().exists():
+            return result
+        jobs = undelivered_candidates(job_ids=window, published_before=cutoff)
         result.examined = len(jobs)
         overdue = _overdue(jobs, now=now, drain=drain, samples=samples, rule=rule)[:most]
         result.redelivered = _republish(overdue) if overdue else []

@@ -170,3 +170,25 @@ def test_redeliver_runs_once_at_a_time__second_beat_returns_at_once(user: Any) -
         release.set()
         other.join(10)
     assert redeliver_run().ran is True
+
+
+def test_redeliver_looks_at_every_due_job__window_resumes_past_undeliverable_ones(
+    user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    _a_live_worker()
+    hour_ago = timezone.now() - timedelta(hours=1)
+    # Ten jobs due longest, each just sent again (say, their queue has no consumer): each run's
+    # window of 4 x batch = 8 rows would be full of them if it did not resume.
+    stuck = [j.pk for j in _submit(user, 10, "stuck")]
+    Job.objects.filter(pk__in=stuck).update(next_attempt_at=hour_ago)
+    _published_without_a_message(stuck, at=hour_ago)
+    OutboxEntry.objects.filter(job_id__in=stuck).update(published_at=timezone.now())
+    lost = [j.pk for j in _submit(user, 2, "lost")]
+    Job.objects.filter(pk__in=lost).update(next_attempt_at=hour_ago + timedelta(seconds=1))
+    _published_without_a_message(lost, at=hour_ago + timedelta(seconds=1))
+
+    first, second = redeliver_run(batch=2), redeliver_run(batch=2)
+
+    assert first.redelivered == [] and first.examined == 0
+    assert sorted(second.redelivered) == sorted(str(pk) for pk in lost)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from jobs.ops.redeliver import DeadlineRule, delivery_deadline, drain_wait, wait_since
+from jobs.ops.redeliver import DeadlineRule, DrainHistory, delivery_deadline, drain_wait
 
 RULE = DeadlineRule(minimum=5.0, factor=2.0, maximum=300.0)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -53,17 +53,17 @@ def test_wait_since__takes_the_largest_sample_since_the_publish__tail_of_a_drain
     # message published at t=0 keeps the deadline of the drain it joined.
     samples = [(_at(t), (10_000 - 100 * t) / 100) for t in range(0, 100, 2)]
 
-    wait = wait_since(samples, _at(0.1), slack=4.0)
+    wait = DrainHistory(samples).wait_since(_at(0.1), slack=4.0)
 
     assert wait == 100.0
     assert delivery_deadline(wait=wait, republished=0, rule=RULE) == 200.0
     # Samples up to `slack` before the publish count too (the check runs every few seconds).
-    assert wait_since(samples, _at(90.0), slack=4.0) == (10_000 - 100 * 86) / 100
+    assert DrainHistory(samples).wait_since(_at(90.0), slack=4.0) == (10_000 - 100 * 86) / 100
 
 
 def test_wait_since__is_infinite_when_history_does_not_reach_the_publish() -> None:
     samples = [(_at(t), 0.0) for t in range(100, 120, 2)]
 
-    assert wait_since(samples, _at(10.0), slack=4.0) == math.inf
-    assert wait_since([], _at(10.0), slack=4.0) == math.inf
-    assert wait_since(samples, _at(99.0), slack=4.0) == 0.0
+    assert DrainHistory(samples).wait_since(_at(10.0), slack=4.0) == math.inf
+    assert DrainHistory([]).wait_since(_at(10.0), slack=4.0) == math.inf
+    assert DrainHistory(samples).wait_since(_at(99.0), slack=4.0) == 0.0
