@@ -213,6 +213,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses its broker connection lets its running jobs finish (their leases and
+# fenced commits hold; the broker redelivers the unacked message, and the claim acks that
+# duplicate): Celery 6 plans to make True the default, which would kill them mid-work.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Redis redelivers unacked messages after this; JOBS_TASK_TIME_LIMIT must stay well below.
     "visibility_timeout": int(os.environ.get("JOBS_VISIBILITY_TIMEOUT", "3600")),
