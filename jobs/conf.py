@@ -3,7 +3,7 @@
 A project sets none of them to start; docs/operations.md lists them all (from
 `jobs_settings.reference()`). Wrong types and bad combinations are system-check errors.
 The beat tasks' queue and schedule switch are the outbox's (OUTBOX_MAINTENANCE_QUEUE,
-OUTBOX_BEAT_SCHEDULE): one knob for all four maintenance tasks.
+OUTBOX_BEAT_SCHEDULE): one knob for all five maintenance tasks.
 """
 
 from __future__ import annotations

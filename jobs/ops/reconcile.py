@@ -2,7 +2,9 @@
 
 "An empty queue does not prove all accepted work succeeded." The broker can lose a published
 message (Redis restarted without persistence, a flush, a deleted queue). The outbox then says
-"published" while no worker will ever see the job. Lost work is a job that is:
+"published" while no worker will ever see the job. The redelivery check (jobs.ops.redeliver)
+republishes such work within a deadline derived from the backlog; this is the full report and
+its backstop, with a fixed, patient threshold. Lost work is a job that is:
   - `queued`/`retry_wait` and due for more than `stale_after` seconds (nothing claimed it:
     a claim moves it to `leased`),
   - that had a message: it has outbox rows, all published, the last one more than

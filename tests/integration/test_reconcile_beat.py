@@ -14,7 +14,12 @@ from tests.harness import Harness, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MAINTENANCE = {"outbox.relay_tick", "jobs.maintenance.reap", "jobs.maintenance.reconcile"}
+MAINTENANCE = {
+    "outbox.relay_tick",
+    "jobs.maintenance.reap",
+    "jobs.maintenance.redeliver",
+    "jobs.maintenance.reconcile",
+}
 
 
 def _stored_task_names() -> set[str]:
