@@ -91,6 +91,10 @@ class Submits:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def ids(self) -> list[str]:
+        with self.lock:
+            return list(self.accepted)
+
     def accepted_since(self, since: float) -> int:
         with self.lock:
             return sum(1 for at in self.accepted.values() if at > since)
@@ -252,8 +256,7 @@ def test_failover_to_synchronous_standby__every_accepted_job_runs_once(
         try:
             wait_until(
                 lambda: (
-                    _succeeded(pair.primary.port, pair.primary.dbname, list(submits.accepted))
-                    >= WARM_JOBS
+                    _succeeded(pair.primary.port, pair.primary.dbname, submits.ids()) >= WARM_JOBS
                 ),
                 timeout=60,
                 what=f"{WARM_JOBS} jobs to succeed before the kill",
