@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -46,6 +46,21 @@ class NestingTooDeep(exceptions.ParseError):
     default_code = "too_deep"
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    """The database could not be reached (a failover, a partition): retry, not a bug."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "The database is unreachable; retry shortly (with the same Idempotency-Key, a "
+        "submission that did commit is answered with its job)."
+    )
+    default_code = "unavailable"
+
+
+# Seconds a client is asked to wait before retrying after a 503 (a failover takes about this).
+RETRY_AFTER_UNAVAILABLE = 2
+
+
 class InvalidHeader(exceptions.APIException):
     status_code = status.HTTP_400_BAD_REQUEST
     default_detail = "A request header has an invalid value."
@@ -67,6 +82,8 @@ def _translate(exc: Exception) -> Exception:
     if isinstance(exc, Forbidden):
         # Never 403 for another tenant's data: the caller must not learn that it exists.
         return exceptions.NotFound()
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return DatabaseUnavailable()
     if isinstance(exc, DataError):
         # Last line of defence: data the database refuses is the client's bad input, not a 500.
         return exceptions.ValidationError(
@@ -141,6 +158,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         details = response.data
     elif isinstance(exc, exceptions.Throttled) and getattr(exc, "wait", None) is not None:
         details = {"retry_after_seconds": int(exc.wait)}  # type: ignore[attr-defined]
+    if isinstance(exc, DatabaseUnavailable):
+        response["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
     response.data = {
         "error": {
             "code": _code_of(exc),

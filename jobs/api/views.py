@@ -64,7 +64,8 @@ MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    return {code: OpenApiResponse(ErrorSerializer) for code in (*codes, 401, 429)}
+    # 503: the database is unreachable (jobs.api.errors.DatabaseUnavailable, Retry-After).
+    return {code: OpenApiResponse(ErrorSerializer) for code in (*codes, 401, 429, 503)}
 
 
 _JOB_ID = OpenApiParameter("job_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
