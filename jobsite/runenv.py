@@ -83,13 +83,13 @@ def run_env_load(environ: MutableMapping[str, str], default: Path) -> tuple[Path
 
 
 def without_password(url: str) -> str:
-    """A database URL fit for an error message."""
+    """A database URL fit for an error message (libpq's multi-host form `h1:p1,h2:p2` too)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def main(argv: list[str]) -> None:
