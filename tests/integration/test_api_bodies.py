@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 
 import jobs
 from jobs import registry
 from jobs.exceptions import ValidationFailed
 from jobs.models import Job, Tenant
-from tests.integration.api_helpers import error_code, member, submit, token_client
+from tests.integration.api_helpers import error_code, submit, token_client
 from tests.production_server import PROXY_HEADERS, ProductionServer
 
 DEFAULT_DEPTH = 64  # JOBS_MAX_INPUT_DEPTH's default
@@ -34,16 +33,6 @@ def nested(depth: int) -> dict[str, Any]:
 def deep_body(depth: int) -> bytes:
     """A submission whose body nests `depth` levels (its input one fewer)."""
     return b'{"kind": "noop", "input": ' + b'{"a": ' * (depth - 2) + b"{}" + b"}" * (depth - 1)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
-    cache.clear()
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    return member(django_user_model, "alice", "acme")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
@@ -17,7 +16,7 @@ from jobs import registry
 from jobs.conf import jobs_settings
 from jobs.models import Job, StoredObject, Tenant
 from jobs.services import _canonical
-from tests.integration.api_helpers import error_code, member, submit, token_client
+from tests.integration.api_helpers import error_code, submit, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -25,16 +24,6 @@ pytestmark = pytest.mark.django_db
 WIDEST = "\U0001f600"
 # The longest a float prints (canonical JSON uses repr): 17 digits, a sign, an exponent.
 LONGEST_FLOAT = -1.2345678901234567e-300
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
-    cache.clear()
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    return member(django_user_model, "alice", "acme")
 
 
 def published_submit(kind: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 from django.db import connection
@@ -25,16 +24,6 @@ pytestmark = pytest.mark.django_db
 committed = pytest.mark.django_db(transaction=True)
 
 REPORT = {"kind": "report.generate", "input": {"title": "Q3"}}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
-    cache.clear()  # throttle counters live in the default cache
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    return member(django_user_model, "alice", "acme")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import hashlib
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -20,11 +19,6 @@ from tests.integration.api_helpers import error_code, member, submit, token_clie
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = b"customer,amount\nacme,1200\n"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
-    cache.clear()
 
 
 def _upload(client: Any, data: bytes) -> str:

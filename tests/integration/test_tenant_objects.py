@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 import jobs
@@ -27,16 +26,6 @@ from tests.harness import Harness, wait_until
 from tests.integration.api_helpers import error_code, member, submit, token_client
 
 SECRET = b"customer,amount\nacme,1200\n"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
-    cache.clear()
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    return member(django_user_model, "alice", "acme")
 
 
 @pytest.fixture
