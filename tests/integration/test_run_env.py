@@ -89,11 +89,21 @@ def test_manage_py_reads_run_env__variables_the_environment_lacks(checkout: Path
     ]
 
 
+# Ids of their own: a parameter made at import (a random name) would differ between the
+# two pytest-xdist workers, which then refuse to run anything.
 @pytest.mark.parametrize(
     ("database_url", "says"),
     [
-        (f"postgres://postgres@127.0.0.1:5432/gone_{uuid.uuid4().hex[:8]}", "does not exist"),
-        ("postgres://postgres:secret@127.0.0.1:1/durable_jobs", "Connection refused"),
+        pytest.param(
+            f"postgres://postgres@127.0.0.1:5432/gone_{uuid.uuid4().hex[:8]}",
+            "does not exist",
+            id="database-gone",
+        ),
+        pytest.param(
+            "postgres://postgres:secret@127.0.0.1:1/durable_jobs",
+            "Connection refused",
+            id="server-gone",
+        ),
     ],
 )
 def test_manage_py_names_the_database_it_cannot_reach__stale_run_env(
