@@ -24,13 +24,21 @@ def watch_note(job_id: Any, what: str) -> Path:
     return Path(os.environ[WATCH_DIR_ENV]) / f"{job_id}.{what}"
 
 
+def _note(job_id: Any, what: str, data: dict[str, Any]) -> None:
+    """Written whole, then renamed: a reader that sees the file sees all of it."""
+    path = watch_note(job_id, what)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
+
+
 @handler("net.watch", max_attempts=3, lease_seconds=WATCH_LEASE, base_delay=0.1, max_delay=0.5)
 def net_watch(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """Works in small steps until told to stop (or `seconds` pass), as a provider loop would."""
-    watch_note(ctx.job_id, "started").write_text(json.dumps({"at": time.time()}))
+    _note(ctx.job_id, "started", {"at": time.time()})
     deadline = time.monotonic() + float(input.get("seconds", 30))
     while time.monotonic() < deadline and not ctx.cancelled:
         time.sleep(0.02)
     stopped = {"at": time.time(), "in_doubt": ctx.lease_in_doubt, "lost": ctx.lease_lost}
-    watch_note(ctx.job_id, "stopped").write_text(json.dumps(stopped))
+    _note(ctx.job_id, "stopped", stopped)
     return {"stopped": stopped}
