@@ -42,6 +42,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (CI installs it)")
+    earlier = set(threading.enumerate())  # another module's live server is not ours to wait on
     with sync_playwright() as pw:
         instance = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
@@ -51,14 +52,15 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
             # locals follow the context); close it here, in that context, or it outlives the DB.
             connections.close_all()
             instance.close()
-    _join_live_server_request_threads()
+    _join_live_server_request_threads(started_after=earlier)
 
 
-def _join_live_server_request_threads() -> None:
-    """Keep-alive request threads hold a DB connection until the browser hangs up; wait for
-    them so the test database can be dropped at the end of the session."""
+def _join_live_server_request_threads(*, started_after: set[threading.Thread]) -> None:
+    """Keep-alive request threads of this browser's pages hold a DB connection until the
+    browser hangs up; wait for them so the test database can be dropped at the end of the
+    session. Threads alive before the browser started belong to other tests' servers."""
     for thread in threading.enumerate():
-        if "process_request_thread" in thread.name:
+        if "process_request_thread" in thread.name and thread not in started_after:
             thread.join(timeout=30)
             assert not thread.is_alive(), f"live server request thread {thread.name} hangs"
 
