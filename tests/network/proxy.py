@@ -83,6 +83,10 @@ class FaultProxy:
         except OSError:
             _abort_with_rst(writer)
             return
+        if self.resetting:  # reset() came while the upstream connect was under way
+            _abort_with_rst(writer)
+            up_writer.close()
+            return
         self._open.update((writer, up_writer))
         pumps = [
             asyncio.ensure_future(self._pump(reader, up_writer, "up", number)),
@@ -161,10 +165,13 @@ class FaultProxy:
     async def _shutdown(self) -> None:
         await self._stop_listening()
         await self._reset_open()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Until none is left: a connection accepted just before the listener closed starts
+        # its task after a first look (a task still pending at loop.stop is an error here).
+        while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0)
 
     def close(self) -> None:
         if self._thread.is_alive():
