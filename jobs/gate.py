@@ -4,7 +4,9 @@
    the connection (Django's OperationalError or InterfaceError, after the claim's own retry on
    a fresh connection) raises Celery's `Reject(requeue=True)`: the message goes back to its
    queue, unacked work is never acked (a crash here leaves the message unacked: the broker
-   redelivers it as it would after any crash).
+   redelivers it as it would after any crash). A database that answered with an error of the
+   statement (a lock wait past the hot functions' lock_timeout, a deadlock, a cancelled query)
+   is reachable: the message is requeued the same way, but the worker goes on consuming.
 2. The worker's main process sees the rejection (`GatedRequest.on_failure`) and cancels its
    consumers of the jobs queues (Celery's own consumer control, sent to this worker only), so
    messages it prefetched come back rejected and healthy hosts take the queue.
@@ -32,24 +34,63 @@ logger = logging.getLogger(__name__)
 
 DATABASE_UNREACHABLE = (InterfaceError, OperationalError)
 
+# SQLSTATEs of an OperationalError that say the server is gone or refuses sessions; any other
+# code came from a server that answered (lock_not_available 55P03, query_canceled 57014,
+# deadlock_detected 40P01...). No code at all is a client-side failure: a refused or broken
+# connection, a timeout.
+_GONE_CLASSES = ("08",)  # connection_exception
+_GONE_CODES = frozenset({"57P01", "57P02", "57P03", "53300"})  # shutdowns, too many connections
+
 
 class DatabaseUnreachable(Reject):
     """The delivery could not reach the database: requeue its message, pause consuming."""
 
 
+class DatabaseRefusedStatement(Reject):
+    """The database answered with an error of the statement: requeue, keep consuming."""
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error (Django's wraps the driver's as its cause)."""
+    for error in (exc, exc.__cause__):
+        code = getattr(error, "sqlstate", None)
+        if code:
+            return str(code)
+    return None
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether a database error means the server cannot be reached (or refuses sessions),
+    rather than an answer about one statement."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    code = sqlstate(exc)
+    return code is None or code.startswith(_GONE_CLASSES) or code in _GONE_CODES
+
+
 @contextmanager
 def requeued_when_database_unreachable(what: str) -> Iterator[None]:
-    """Turns a connection failure escaping a delivery into a requeue of its message."""
+    """Turns a database failure escaping a delivery into a requeue of its message."""
     try:
         yield
     except DATABASE_UNREACHABLE as exc:
+        cause = f"{type(exc).__name__}: {exc}".strip()[:300]
         connection.close()  # the next delivery starts on a fresh connection
+        # Without the cause: Celery logs the rejection with its traceback, the cause is logged.
+        if not database_unreachable(exc):
+            logger.warning(
+                "the database refused a statement of %s (SQLSTATE %s); message requeued, "
+                "not acked: %s",
+                what,
+                sqlstate(exc),
+                cause,
+            )
+            raise DatabaseRefusedStatement(str(exc)[:300], requeue=True) from None
         logger.warning(
-            "database unreachable during %s; message requeued, not acked: %s",
-            what,
-            f"{type(exc).__name__}: {exc}".strip()[:300],
+            "database unreachable during %s; message requeued, not acked: %s", what, cause
         )
-        # Without the cause: Celery logs the rejection with its traceback, the cause is above.
         raise DatabaseUnreachable(str(exc)[:300], requeue=True) from None
 
 

@@ -125,21 +125,10 @@ class HeartbeatResult:
     cancel_requested: bool
 
 
-_HEARTBEAT_SQL = """
-UPDATE jobs_job SET lease_until = now() + make_interval(secs => %s::float8), heartbeat_at = now()
-WHERE id = %s::uuid AND generation = %s::bigint AND lease_owner = %s::text AND state = 'leased'
-RETURNING cancel_requested_at IS NOT NULL
-"""
-
-
 def lease_heartbeat(lease: Lease) -> HeartbeatResult:
     """Extend the lease on the database clock, fenced by generation."""
-    row = prepared.fetchone(
-        _HEARTBEAT_SQL, [lease.lease_seconds, lease.job_id, lease.generation, lease.worker]
-    )
-    if row is None:
-        return HeartbeatResult(alive=False, cancel_requested=False)
-    return HeartbeatResult(alive=True, cancel_requested=bool(row[0]))
+    result = lease_heartbeat_many([lease]).get(lease.job_id)
+    return result or HeartbeatResult(alive=False, cancel_requested=False)
 
 
 class Heartbeat:
@@ -212,13 +201,10 @@ class Heartbeat:
             logger.warning("heartbeat still running at stop", extra=self.lease.log_extra())
 
 
-_HEARTBEAT_MANY_SQL = """
-UPDATE jobs_job AS j SET lease_until = now() + make_interval(secs => r.lease), heartbeat_at = now()
-FROM unnest(%s::uuid[], %s::bigint[], %s::float8[]) AS r(id, generation, lease)
-WHERE j.id = r.id AND j.generation = r.generation AND j.lease_owner = %s::text
-  AND j.state = 'leased'
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
-"""
+# jobs/sql/jobs_heartbeat_many.sql: its lock waits end after lock_timeout.
+_HEARTBEAT_MANY_SQL = (
+    "SELECT * FROM jobs_heartbeat_many(%s::uuid[], %s::bigint[], %s::float8[], %s::text)"
+)
 
 
 @dataclass(frozen=True)

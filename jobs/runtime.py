@@ -34,6 +34,7 @@ from . import lifecycle, registry, services
 from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
+from .gate import database_unreachable
 from .identity import lease_owner_token
 from .leases import Heartbeat, Lease
 from .logging import job_log_context
@@ -100,7 +101,9 @@ def claim_reconnecting[T](claim: Callable[[], T]) -> T:
     (a database restart while the per-task health check was skipped: jobs.celery_hooks)."""
     try:
         return claim()
-    except (InterfaceError, OperationalError):
+    except (InterfaceError, OperationalError) as exc:
+        if not database_unreachable(exc):
+            raise  # the server answered about the statement: a fresh connection changes nothing
         logger.warning("claim failed on a broken connection; retrying once")
         connection.close()
         return claim()

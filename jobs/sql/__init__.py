@@ -22,6 +22,7 @@ FUNCTIONS = (
     "jobs_claim_many",
     "jobs_complete_many",
     "jobs_complete_many_hand_over",
+    "jobs_heartbeat_many",
 )
 
 

@@ -11,6 +11,7 @@ CREATE OR REPLACE FUNCTION jobs_admission_lock(
     generation bigint, next_attempt_at timestamptz
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET lock_timeout = 5000
 AS $$
 #variable_conflict use_column
 DECLARE

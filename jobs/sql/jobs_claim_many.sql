@@ -41,6 +41,7 @@ CREATE OR REPLACE FUNCTION jobs_claim_many(
     claimed_at timestamptz
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET lock_timeout = 5000
 AS $$
 #variable_conflict use_column
 DECLARE

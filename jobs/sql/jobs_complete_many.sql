@@ -10,6 +10,7 @@ CREATE OR REPLACE FUNCTION jobs_complete_many(
     p_ids uuid[], p_generations bigint[], p_worker text, p_attempts int[], p_results jsonb[]
 ) RETURNS TABLE (id uuid) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET lock_timeout = 5000
 AS $$
 #variable_conflict use_column
 DECLARE

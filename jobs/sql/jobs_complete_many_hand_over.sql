@@ -24,6 +24,7 @@ CREATE OR REPLACE FUNCTION jobs_complete_many_hand_over(
     next_kind_version int, next_generation bigint, next_next_attempt_at timestamptz
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET lock_timeout = 5000
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -100,7 +100,7 @@ def test_claim_commits_asynchronously_and_plans_generically_inside_only(user: An
     with connection.cursor() as cursor:
         cursor.execute("SELECT p.proconfig FROM pg_proc p WHERE p.proname = 'jobs_claim'")
         row = cursor.fetchone()
-    assert row is not None and row[0] == ["plan_cache_mode=force_generic_plan"]
+    assert row is not None and row[0] == ["plan_cache_mode=force_generic_plan", "lock_timeout=5000"]
 
     synchronous_commit, plan_cache_mode = _settings_in_claim_transaction(job.pk)
 

@@ -110,6 +110,8 @@ def test_the_migrated_database_runs_exactly_the_file(name: str) -> None:
     assert proconfig == config
     if "\nSET plan_cache_mode = force_generic_plan\n" in sql_file(name):
         assert proconfig is not None and "plan_cache_mode=force_generic_plan" in proconfig
+    if "\nSET lock_timeout = 5000\n" in sql_file(name):  # every hot function's lock waits end
+        assert proconfig is not None and "lock_timeout=5000" in proconfig
     assert drift(name) == []
 
 
@@ -122,8 +124,8 @@ def test_the_drift_check_fails_on_a_changed_body_or_set_clause__database_restore
     assert drift("jobs_claim_many", changed) == ["jobs_claim_many: the body differs from the file"]
     no_set = text.replace("SET plan_cache_mode = force_generic_plan\n", "")
     assert drift("jobs_claim_many", no_set) == [
-        "jobs_claim_many: SET ['plan_cache_mode=force_generic_plan'] in the database, "
-        "None in the file"
+        "jobs_claim_many: SET ['plan_cache_mode=force_generic_plan', 'lock_timeout=5000'] "
+        "in the database, ['lock_timeout=5000'] in the file"
     ]
 
     class Restore(Exception):
@@ -137,8 +139,8 @@ def test_the_drift_check_fails_on_a_changed_body_or_set_clause__database_restore
         )
         assert drift("jobs_claim_many") == [
             "jobs_claim_many: the body differs from the file",
-            "jobs_claim_many: SET None in the database, ['plan_cache_mode=force_generic_plan'] "
-            "in the file",
+            "jobs_claim_many: SET ['lock_timeout=5000'] in the database, "
+            "['plan_cache_mode=force_generic_plan', 'lock_timeout=5000'] in the file",
         ]
         raise Restore
 

@@ -1,0 +1,64 @@
+"""A database that answers with an error of the statement is reachable: a completion that waits
+past lock_timeout for a row another session holds is refused, the message goes back to the
+queue (not acked) and the worker goes on consuming; it does not pause as it would for an
+unreachable database (jobs.gate). The job's attempt is not lost: its lease expires and the
+reaper retries it, and it succeeds once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jobs
+from jobs.models import Job, JobEvent
+from jobs.reaper import jobs_reap
+from tests.harness import Harness, wait_until
+from tests.integration.test_lock_timeout import LOCK_TIMEOUT, row_locked
+from tests.kinds_network import WATCH_DIR_ENV, watch_note
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+
+def _state(job_id: Any) -> str:
+    return Job.objects.get(pk=job_id).state
+
+
+@pytest.mark.timeout(120)
+def test_completion_refused_by_a_held_row_lock__requeued_and_the_worker_keeps_consuming(
+    harness: Harness, user: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))
+    harness.start_relay()
+    worker = harness.start_worker(
+        "locked-w1", JOBS_HANDLER_MODULES="tests.kinds_network", **{WATCH_DIR_ENV: str(tmp_path)}
+    )
+    held = jobs.submit(kind="net.watch", input={"seconds": 1.5}, owner=user)
+    wait_until(watch_note(held.pk, "started").exists, timeout=30, what="the handler to start")
+
+    with row_locked(held.pk):
+        locked_at = time.monotonic()
+        wait_until(
+            lambda: "refused a statement" in worker.log(),
+            timeout=LOCK_TIMEOUT + 10,
+            what="the completion's refusal",
+        )
+        assert time.monotonic() - locked_at >= LOCK_TIMEOUT - 0.5  # it waited for the lock
+        other = jobs.submit(kind="noop", input={}, owner=user)
+        wait_until(
+            lambda: _state(other.pk) == "succeeded",
+            timeout=15,
+            what="a job submitted after the refusal, while the row is still locked",
+        )
+    assert "stops consuming" not in worker.log()
+    assert "SQLSTATE 55P03" in worker.log()
+
+    def retried_and_done() -> bool:
+        jobs_reap()  # what the beat runs every JOBS_REAP_INTERVAL
+        return _state(held.pk) == "succeeded"
+
+    wait_until(retried_and_done, timeout=30, what="the held job to be retried and succeed")
+    assert JobEvent.objects.filter(job_id=held.pk, to_state="succeeded").count() == 1
+    assert worker.alive()
