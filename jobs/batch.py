@@ -23,7 +23,7 @@ says which kinds may share one). For one message:
      outcome it carries committed.
   5. The jobs left aside run through the one-job path (jobs.runtime), each claimed, run and
      committed on its own, before the message is acked; once the budget is spent, each of
-     them gets a message of its own instead (`send_again`).
+     them gets a message of its own instead (`dispatch.send_again`).
 Crash windows (docs/failure-modes.md): a kill in 1-4 leaves leased jobs with nothing
 charged; the message is redelivered (reject_on_worker_lost) and finds them busy, and the
 reaper gives them back uncharged once the leases expire, marked lease_expired: from then on
@@ -53,11 +53,9 @@ from .exceptions import LeaseLost
 from .identity import lease_owner_token
 from .leases import BatchHeartbeat, Lease, Member
 from .logging import job_log_context
-from .models import Job
 from .outcomes import Outcome
 from .runtime import ExecutionReport, Verdict
 from .signals import DUPLICATE_DELIVERIES, signal_increment
-from .states import ACTIVE
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +237,9 @@ def _commit_one(job: Claimed, verdict: Verdict) -> bool:
     return True
 
 
+_LOST = Verdict(Outcome.STALE)  # a job whose run left no verdict: its lease was lost
+
+
 def _job_id(item: Any) -> UUID | None:
     """An item's job id; None (logged) for an item no relay of ours writes."""
     try:
@@ -280,8 +281,11 @@ def execute_many(
         failpoint("worker.batch_before_commit")
         group_commit(claimed)
         failpoint("worker.after_complete_before_ack")
+        stale = [j.lease for j in claimed if (j.verdict or _LOST).outcome is Outcome.STALE]
+        if stale:
+            dispatch.send_again_if_claim_lost(stale)
         for job in claimed:
-            verdict = job.verdict or Verdict(Outcome.STALE)
+            verdict = job.verdict or _LOST
             runtime.log_verdict(job.lease, verdict)
             if verdict.outcome is not Outcome.STALE:
                 runtime.after_outcome(job.spec, job.lease, verdict.outcome)
@@ -299,16 +303,6 @@ def execute_many(
             )
         )
     if late:
-        send_again(late)
+        dispatch.send_again(late)
         reports.extend(ExecutionReport(Outcome.DEFERRED, str(job_id)) for job_id in late)
     return reports
-
-
-def send_again(job_ids: list[UUID]) -> None:
-    """A new message for each of these jobs still active (none was claimed by us): the jobs
-    a batch set aside for the one-job path once its budget was spent (packed again where
-    allowed; the next batch sets them aside again, with a fresh budget). A job that already
-    has a message meanwhile gets a second one, which its claim absorbs."""
-    with outbox_publish_together(), transaction.atomic():
-        for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
-            dispatch.job_enqueue_execute(job)

@@ -15,26 +15,35 @@ the same locks (jobs.leases), so a duplicate or early message can never break on
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from outbox.models import OutboxEntry
-from outbox.services import outbox_after_commit_many, outbox_entry_new, outbox_save
+from outbox.services import (
+    outbox_after_commit_many,
+    outbox_entry_new,
+    outbox_publish_together,
+    outbox_save,
+)
 
 from . import prepared, registry
 from .conf import jobs_settings
 from .leases import Lease
 from .models import Job
-from .states import JobState
+from .states import ACTIVE, CLAIMABLE, JobState
 
 EXECUTE_TASK = "jobs.execute"
 EXECUTE_MANY_TASK = "jobs.execute_many"
 _WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
+
+logger = logging.getLogger(__name__)
 
 
 def job_execute_message(
@@ -103,6 +112,37 @@ def job_enqueue_execute(
 ) -> None:
     """The one way work reaches a worker: an outbox row in the caller's transaction."""
     outbox_save(job_execute_message(job, available_at=available_at, fast_path=fast_path))
+
+
+def send_again(job_ids: Sequence[UUID]) -> None:
+    """A new message for each of these jobs still active (none is leased by the caller): the
+    jobs a batch set aside once its budget was spent, or whose claim the database lost. A job
+    that already has a message meanwhile gets a second one, which its claim absorbs."""
+    with outbox_publish_together(), transaction.atomic():
+        for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
+            job_enqueue_execute(job)
+
+
+def send_again_if_claim_lost(leases: Sequence[Lease]) -> list[UUID]:
+    """The jobs of these lost leases whose claim the database no longer knows get a new
+    message; returns their ids.
+
+    A claim commits asynchronously (jobs.leases): a failover to a standby that had not
+    received it, or a crash, puts the row back at an earlier generation, claimable. The
+    delivery that made the claim is acked once its worker finds the lease gone, so without a
+    new message only the redelivery check would find the job again. A lease lost to another
+    claimer (same or higher generation) gets nothing: that claimer runs the job."""
+    ours = {lease.job_id: lease.generation for lease in leases}
+    rows = Job.objects.filter(pk__in=ours, state__in=[s.value for s in CLAIMABLE])
+    lost = [pk for pk, generation in rows.values_list("pk", "generation") if generation < ours[pk]]
+    if lost:
+        logger.warning(
+            "the database lost %d claim(s) (a failover or crash): published again",
+            len(lost),
+            extra={"job_ids": [str(pk) for pk in lost]},
+        )
+        send_again(lost)
+    return lost
 
 
 def admission_lock_keys(

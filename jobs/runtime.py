@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from outbox.failpoints import failpoint
 
-from . import lifecycle, registry, services
+from . import dispatch, lifecycle, registry, services
 from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
@@ -136,6 +136,7 @@ def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
         outcome = _run_leased(claim, lease, spec)
     except LeaseLost:
         logger.warning("lease lost; outcome discarded", extra=lease.log_extra())
+        dispatch.send_again_if_claim_lost([lease])
         outcome = Outcome.STALE
     if outcome is not Outcome.STALE:
         failpoint("worker.after_complete_before_ack")

@@ -137,3 +137,24 @@ SCHEMA = {
 def batch_strict(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     record("run", ctx)
     return {"n": input["n"]}
+
+
+@handler("batch.forget", lease_seconds=30, **_POLICY)
+def batch_forget(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """The database loses the claim of job `victim` as a failover to a standby that had not
+    received it would: the row back to `queued` at the generation before, no owner. A crash
+    is not an UPDATE, so the guard triggers (generation never goes down) are bypassed for
+    this one statement, as WAL replay would."""
+    from django.db import connection
+
+    record("run", ctx)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute(
+            "UPDATE jobs_job SET state = 'queued', generation = generation - 1, "
+            "attempt = GREATEST(attempt - 1, 0), lease_owner = NULL, lease_until = NULL "
+            "WHERE id = %s",
+            [input["victim"]],
+        )
+        cursor.execute("SET session_replication_role = origin")
+    return {"forgot": input["victim"]}
