@@ -11,8 +11,6 @@ import logging
 
 from django.db import connection
 
-from outbox.marks import RELAY_PUBLISHED as RELAY_PUBLISHED
-
 from . import prepared
 
 logger = logging.getLogger(__name__)

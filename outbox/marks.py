@@ -26,11 +26,9 @@ import threading
 from django.db import connection
 
 from .conf import outbox_settings
+from .counters import RELAY_PUBLISHED
 
 logger = logging.getLogger(__name__)
-
-# The counter (in jobs' signal table, /metrics) that outbox_mark_published adds to.
-RELAY_PUBLISHED = "relay_published_total"
 
 IDLE_CLOSE_SECONDS = 10.0  # the thread drops its database connection after this long idle
 FAILURE_PAUSE_SECONDS = 1.0
@@ -38,7 +36,7 @@ MAX_QUEUED = 100_000  # beyond this (the database away for long), the oldest mar
 
 
 def outbox_mark_published(ids: list[int]) -> int:
-    """Step 3: one call of `outbox_mark_published` (migration 0002): rows published by
+    """Step 3: one call of `outbox_mark_published` (migration 0003): rows published by
     someone else meanwhile are left alone; counts relay_published_total; its commit does not
     wait for the WAL flush (a lost mark only republishes, and the claim absorbs that)."""
     if not ids:

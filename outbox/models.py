@@ -47,3 +47,15 @@ class OutboxEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}({self.job_id}) #{self.id}"
+
+
+class Counter(models.Model):
+    """A cross-process counter of the outbox's own events (`relay_published_total`), added to
+    by the database function that counts them (`outbox_counter_add`), read at scrape time."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    value = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"

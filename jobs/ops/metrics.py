@@ -1,9 +1,9 @@
 """Prometheus metrics read from the database at scrape time.
 
 Values come from the tables (job counts grouped by state, partial indexes for ages) and from
-jobs.signals counters, so every web process reports the same numbers however many workers
-wrote them; no multiprocess directory, nothing lost when a worker dies. Never job input,
-results or payloads: only counts, ages and kind names.
+the counters of jobs.signals and outbox.counters, so every web process reports the same
+numbers however many workers wrote them; no multiprocess directory, nothing lost when a
+worker dies. Never job input, results or payloads: only counts, ages and kind names.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from jobs import signals
 from jobs.states import ACTIVE, JobState
+from outbox.counters import RELAY_PUBLISHED, counter_value
 
 from . import selectors
 from .workers import workers_live
@@ -28,7 +29,6 @@ SIGNAL_COUNTERS: tuple[tuple[str, str], ...] = (
     (signals.STALE_WRITES_REJECTED, "Fenced writes by an old generation that matched no row."),
     (signals.EFFECTS_REUSED, "Effects whose stored outcome was reused instead of calling again."),
     (signals.EXPIRED_LEASES, "Leases the reaper found expired and recovered."),
-    (signals.RELAY_PUBLISHED, "Outbox rows published to the broker (relay and fast path)."),
     (signals.DEFERRED_DELIVERIES, "Deliveries acknowledged because the job was not runnable yet."),
     (signals.REDELIVERED, "Jobs published again: no claim within the delivery deadline."),
 )
@@ -95,6 +95,11 @@ class JobsCollector(Collector):
             PREFIX + "outbox_failing",
             "Due unpublished outbox rows whose last publish failed.",
             value=lag.failing,
+        )
+        yield _counter(
+            RELAY_PUBLISHED,
+            "Outbox rows published to the broker (relay and fast path).",
+            counter_value(RELAY_PUBLISHED),
         )
 
     def _signals(self) -> Iterator[Metric]:

@@ -1,8 +1,10 @@
-"""outbox_mark_published(ids): the relay's and the fast path's mark, one round trip.
+"""outbox_mark_published(ids, counter): the relay's and the fast path's mark, one round trip.
 
-Marks the rows still unpublished (rows another relay marked meanwhile are left alone), adds
-the count to the counter named (`relay_published_total`), and commits without waiting for the WAL flush: a mark
-lost in a database crash only republishes, and the worker's claim absorbs the duplicate.
+Marks the rows still unpublished (rows another relay marked meanwhile are left alone) and
+commits without waiting for the WAL flush: a mark lost in a database crash only republishes,
+and the worker's claim absorbs the duplicate. Counting what it marked arrives with the
+outbox's own counter table (0003_counter); a database migrated before that counted in a
+table of `jobs` until 0003 replaced the function.
 """
 
 from django.db import migrations
@@ -19,9 +21,6 @@ BEGIN
     SET published_at = GREATEST(now(), created_at), reserved_until = NULL, last_error = ''
     WHERE id = ANY(p_ids) AND published_at IS NULL;
     GET DIAGNOSTICS marked = ROW_COUNT;
-    IF marked > 0 THEN
-        PERFORM jobs_signal_add(p_counter, '', marked);
-    END IF;
     RETURN marked;
 END;
 $$;
@@ -31,6 +30,6 @@ REVERSE = "DROP FUNCTION IF EXISTS outbox_mark_published(bigint[], text);"
 
 
 class Migration(migrations.Migration):
-    dependencies = [("outbox", "0001_initial"), ("jobs", "0007_signal_add_function")]
+    dependencies = [("outbox", "0001_initial")]
 
     operations = [migrations.RunSQL(FORWARD, REVERSE)]

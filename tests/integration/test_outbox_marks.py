@@ -9,8 +9,8 @@ import pytest
 from django.db import OperationalError
 
 import jobs
-from jobs.signals import RELAY_PUBLISHED, signal_value
 from outbox import marks
+from outbox.counters import RELAY_PUBLISHED, counter_value
 from outbox.models import OutboxEntry
 from tests.harness import wait_until
 
@@ -33,13 +33,13 @@ def test_twenty_fast_path_submits__published_at_once_marked_by_one_thread_in_bat
         return real(ids)
 
     monkeypatch.setattr(marks, "outbox_mark_published", counting)
-    before = signal_value(RELAY_PUBLISHED)
+    before = counter_value(RELAY_PUBLISHED)
 
     for n in range(20):
         jobs.submit(kind="noop", input={"n": n}, owner=user)
 
     wait_until(lambda: _unmarked() == 0, timeout=10, what="the mark thread to mark all 20")
-    assert signal_value(RELAY_PUBLISHED) == before + 20
+    assert counter_value(RELAY_PUBLISHED) == before + 20
     assert OutboxEntry.objects.filter(reserved_until__isnull=False).count() == 0
     assert sum(n for _, n in batches) == 20
     assert len(batches) < 20  # batched: one round trip and commit for several jobs

@@ -179,9 +179,9 @@ def test_submit_same_key_different_body_concurrently__one_job_and_conflicts(user
 def test_submit_outside_a_transaction__one_statement_then_published_and_counted(
     harness: Harness, user: Any
 ) -> None:
-    from jobs.signals import RELAY_PUBLISHED, signal_value
+    from outbox.counters import RELAY_PUBLISHED, counter_value
 
-    before = signal_value(RELAY_PUBLISHED)
+    before = counter_value(RELAY_PUBLISHED)
     job = jobs.submit(kind="noop", input={"n": 2}, owner=user)
 
     assert broker_queue_length(harness) == 1
@@ -194,6 +194,6 @@ def test_submit_outside_a_transaction__one_statement_then_published_and_counted(
         "kind": "noop",
         "kind_version": job.kind_version,
     }
-    assert signal_value(RELAY_PUBLISHED) == before + 1
+    assert counter_value(RELAY_PUBLISHED) == before + 1
     stored = Job.objects.get(pk=job.pk)
     assert (stored.state, stored.created_at) == ("queued", job.created_at)
