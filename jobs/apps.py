@@ -12,8 +12,9 @@ class JobsConfig(AppConfig):
         from outbox.batching import batch_rule_add
         from outbox.schedule import maintenance_schedule_add
 
-        # The tasks exist in every process, whether or not the project autodiscovers tasks.
-        from . import celery_hooks, registry, tasks  # noqa: F401
+        # The tasks (and the worker's failpoint names) exist in every process, whether or not
+        # the project autodiscovers tasks.
+        from . import celery_hooks, failpoints, registry, tasks  # noqa: F401
         from .checks import jobs_checks, jobs_database_timeouts, jobs_kind_names
         from .tasks_backend.backend import task_celery_queues, task_kind_load
 

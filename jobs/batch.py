@@ -42,7 +42,6 @@ from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
 
-from outbox.failpoints import failpoint
 from outbox.services import outbox_publish_together
 
 from . import dispatch, lifecycle, prepared, registry, runtime
@@ -50,6 +49,7 @@ from .claims import json_value, lease_from_row
 from .conf import jobs_settings
 from .context import JobContext
 from .exceptions import LeaseLost
+from .failpoints import failpoint
 from .identity import lease_owner_token
 from .leases import BatchHeartbeat, Lease, Member
 from .logging import job_log_context

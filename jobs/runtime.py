@@ -28,12 +28,11 @@ from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from outbox.failpoints import failpoint
-
 from . import dispatch, lifecycle, registry, services
 from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
+from .failpoints import failpoint
 from .gate import database_unreachable
 from .identity import lease_owner_token
 from .leases import Heartbeat, Lease

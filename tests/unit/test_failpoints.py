@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import jobs.failpoints  # noqa: F401  (declares the worker's names)
 from outbox import failpoints
 from outbox.failpoints import FailpointTriggered, configure, failpoint, parse
 
@@ -91,3 +92,58 @@ def test_failpoints_from_environment__are_read_at_import() -> None:
     )
 
     assert done.stdout.strip() == "[('worker.after_claim', 'raise')]"
+
+
+def _run(code: str, spec: str) -> subprocess.CompletedProcess[str]:
+    env = {"JOBS_FAILPOINTS": spec, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_outbox_alone__declares_only_its_own_names() -> None:
+    code = (
+        "from outbox import failpoints\n"
+        "print(sorted(failpoints.NAMES))\n"
+        "failpoints.parse('worker.after_claim=exit')\n"
+    )
+    done = _run(code, "")
+
+    assert done.stdout.strip() == str(
+        [
+            "relay.after_publish_before_mark",
+            "submit.after_commit_before_publish",
+            "submit.publisher_before_publish",
+        ]
+    )
+    assert "unknown failpoint 'worker.after_claim'" in done.stderr
+
+
+def test_failpoint_from_environment__a_worker_name_fires_once_jobs_declared_it() -> None:
+    code = (
+        "import jobs.failpoints\n"
+        "from outbox.failpoints import FailpointTriggered, failpoint\n"
+        "failpoint('relay.after_publish_before_mark')\n"
+        "try:\n"
+        "    failpoint('worker.after_claim')\n"
+        "except FailpointTriggered as exc:\n"
+        "    print('triggered', exc)\n"
+    )
+    done = _run(code, "worker.after_claim=raise")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "triggered worker.after_claim"
+
+
+def test_failpoint_from_environment__a_name_no_app_declared__stops_the_first_failpoint() -> None:
+    code = (
+        "import jobs.failpoints\n"
+        "from outbox.failpoints import failpoint\n"
+        "failpoint('relay.after_publish_before_mark')\n"
+        "print('survived')\n"
+    )
+    done = _run(code, "worker.after_claim=raise,worker.typo=exit")
+
+    assert done.returncode == 1
+    assert "survived" not in done.stdout
+    assert "ValueError: JOBS_FAILPOINTS: unknown failpoint 'worker.typo'" in done.stderr
