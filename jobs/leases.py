@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,8 @@ from uuid import UUID
 
 from django.db import close_old_connections, connection, transaction
 from django.db.models import QuerySet
+
+from outbox.background import Background, PerProcess
 
 from . import prepared
 from .exceptions import LeaseLost
@@ -272,7 +273,7 @@ class BatchHeartbeat(Heartbeat):
         return bool(self._members)
 
 
-class _Beater(threading.Thread):
+class _Beater(Background):
     """The process's heartbeat thread: beats every registered lease when it is due.
 
     Registering a lease wakes the thread only when it would otherwise sleep past that lease's
@@ -281,37 +282,38 @@ class _Beater(threading.Thread):
     thread next looks; with none left it closes its database connection and sleeps.
     """
 
+    thread_name = "jobs-heartbeat"
+
     def __init__(self) -> None:
-        super().__init__(name="jobs-heartbeat", daemon=True)
-        self.pid = os.getpid()
-        self._cond = threading.Condition()
+        super().__init__()
         self._due: dict[Heartbeat, float] = {}  # keyed by identity
         # When the thread will look at _due again on its own; -inf while it is awake.
         self._wake_at = -math.inf
 
     def add(self, heartbeat: Heartbeat) -> None:
-        with self._cond:
+        with self.cond:
             due = time.monotonic() + heartbeat.interval
             self._due[heartbeat] = due
+            self.ensure_thread()
             if due < self._wake_at:
-                self._cond.notify()
+                self.cond.notify()
 
     def remove(self, heartbeat: Heartbeat) -> None:
-        with self._cond:
+        with self.cond:
             self._due.pop(heartbeat, None)
 
     def _sleep(self, timeout: float | None) -> None:
-        """Wait (holding self._cond) until notified or `timeout` seconds pass."""
+        """Wait (holding self.cond) until notified or `timeout` seconds pass."""
         self._wake_at = math.inf if timeout is None else time.monotonic() + timeout
         try:
-            self._cond.wait(timeout)
+            self.cond.wait(timeout)
         finally:
             self._wake_at = -math.inf
 
     def _next_ready(self) -> list[Heartbeat] | None:
         """The leases due for a beat now (waiting until one is); None when there are none."""
-        with self._cond:
-            while self._due:
+        with self.cond:
+            while self._due and not self.stopping:
                 now = time.monotonic()
                 ready = [hb for hb, due in self._due.items() if due <= now]
                 if ready:
@@ -322,12 +324,12 @@ class _Beater(threading.Thread):
             return None
 
     def run(self) -> None:
-        while True:
+        while not self.stopping:
             ready = self._next_ready()
             if ready is None:
                 connection.close()  # nothing to beat: hold no database connection
-                with self._cond:
-                    while not self._due:
+                with self.cond:
+                    while not self._due and not self.stopping:
                         self._sleep(None)
                 continue
             for heartbeat in ready:
@@ -341,19 +343,5 @@ class _Beater(threading.Thread):
                     self.remove(heartbeat)
 
 
-_beater_lock = threading.Lock()
-_beater_instance: _Beater | None = None
-
-
-def _beater() -> _Beater:
-    """The heartbeat thread of this process (a forked child starts its own)."""
-    global _beater_instance
-    with _beater_lock:
-        if (
-            _beater_instance is None
-            or _beater_instance.pid != os.getpid()
-            or not _beater_instance.is_alive()
-        ):
-            _beater_instance = _Beater()
-            _beater_instance.start()
-        return _beater_instance
+# The heartbeat thread of this process (a forked child starts its own).
+_beater = PerProcess(_Beater)

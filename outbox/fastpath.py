@@ -22,15 +22,14 @@ first (atexit). A forked child starts empty.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .background import Background, PerProcess
 from .conf import outbox_settings
 from .failpoints import failpoint
 from .models import OutboxEntry
@@ -45,19 +44,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 _local = threading.local()  # .depth: how deep this thread is in writing() blocks
 
 
-class _Publisher:
+class _Publisher(Background):
     """One process's rows in hand and the thread that publishes them with company."""
 
+    thread_name = "outbox-publisher"
+
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
+        super().__init__()
         self.writers = 0  # threads inside writing()
         self.in_flight = 0  # publish calls running (inline or the publisher's)
         self.pending: dict[Publish, list[OutboxEntry]] = {}
         self.count = 0  # rows in pending
         self.oldest = 0.0  # monotonic time the oldest pending row arrived
         self.hurry = 0  # flush() calls waiting: publish now, no lingering
-        self.thread: threading.Thread | None = None
 
     # -- writers ------------------------------------------------------------------------------
 
@@ -84,7 +83,7 @@ class _Publisher:
                     self.oldest = time.monotonic()
                 self.pending.setdefault(publish, []).extend(rows)
                 self.count += len(rows)
-                self._ensure_thread()
+                self.ensure_thread()
                 self.cond.notify_all()
                 return
         try:
@@ -95,23 +94,24 @@ class _Publisher:
                 if self.count:
                     self.cond.notify_all()
 
-    def _ensure_thread(self) -> None:
-        if self.thread is None or not self.thread.is_alive():
-            self.thread = threading.Thread(target=self._run, name="outbox-publisher", daemon=True)
-            self.thread.start()
-
     def _due(self) -> float:
         """Seconds the rows in hand may still wait; <= 0: publish them now."""
-        if self.hurry or self.writers == 0 or self.count >= outbox_settings.BATCH_MAX:
+        if (
+            self.hurry
+            or self.stopping
+            or self.writers == 0
+            or self.count >= outbox_settings.BATCH_MAX
+        ):
             return 0.0
         return self.oldest + outbox_settings.LINGER_SECONDS - time.monotonic()
 
     def _take(self) -> dict[Publish, list[OutboxEntry]] | None:
-        """Wait for rows and for their time; None after IDLE_EXIT_SECONDS without rows."""
+        """Wait for rows and for their time; None after IDLE_EXIT_SECONDS without rows, or
+        once stopping with none left."""
         with self.cond:
             while True:
                 if not self.count:
-                    if not self.cond.wait(IDLE_EXIT_SECONDS) and not self.count:
+                    if self.stopping or (not self.cond.wait(IDLE_EXIT_SECONDS) and not self.count):
                         self.thread = None
                         return None
                     continue
@@ -122,21 +122,18 @@ class _Publisher:
                     return taken
                 self.cond.wait(left)
 
-    def _run(self) -> None:
-        try:
-            while (taken := self._take()) is not None:
-                try:
-                    failpoint("submit.publisher_before_publish")
-                    for publish, rows in taken.items():
-                        _publish_logged(publish, rows)
-                finally:
-                    with self.cond:
-                        self.in_flight -= 1
-                        self.cond.notify_all()
-        finally:
-            _close_db_connection()
+    def run(self) -> None:
+        while (taken := self._take()) is not None:
+            try:
+                failpoint("submit.publisher_before_publish")
+                for publish, rows in taken.items():
+                    _publish_logged(publish, rows)
+            finally:
+                with self.cond:
+                    self.in_flight -= 1
+                    self.cond.notify_all()
 
-    def flush(self, timeout: float) -> bool:
+    def flush(self, timeout: float = 5.0) -> bool:
         """Publish the rows in hand now; True once none is left and no publish is in flight."""
         deadline = time.monotonic() + timeout
         with self.cond:
@@ -144,8 +141,8 @@ class _Publisher:
             self.cond.notify_all()
             try:
                 while self.count or self.in_flight:
-                    if self.count and (self.thread is None or not self.thread.is_alive()):
-                        self._ensure_thread()
+                    if self.count:
+                        self.ensure_thread()
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
@@ -164,35 +161,13 @@ def _publish_logged(publish: Publish, rows: list[OutboxEntry]) -> None:
         logger.exception("outbox fast path failed; the relay will publish", extra={"n": len(rows)})
 
 
-def _close_db_connection() -> None:
-    try:
-        from django.db import connection
-
-        connection.close()
-    except Exception:  # pragma: no cover - best effort on a thread's way out
-        logger.debug("outbox publisher: closing its connection failed", exc_info=True)
-
-
-_lock = threading.Lock()
-_current: _Publisher | None = None
-
-
-def _publisher() -> _Publisher:
-    global _current
-    with _lock:
-        if _current is None or _current.pid != os.getpid():
-            _current = _Publisher()
-        return _current
-
-
-def _after_fork_in_child() -> None:
-    global _current, _lock
-    _lock = threading.Lock()
-    _current = None
+def _outside_writing() -> None:
+    """A forked child's only thread starts outside any writing() block."""
     _local.__dict__.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+# A forked child starts empty; a normal exit publishes what is in hand (flush).
+_publisher = PerProcess(_Publisher, flush_at_exit=True, after_fork=_outside_writing)
 
 
 class writing:
@@ -230,13 +205,10 @@ def publish_combined(rows: list[OutboxEntry], publish: Publish) -> None:
 def flush(timeout: float = 5.0) -> bool:
     """Publish the rows this process holds now, without lingering; wait until they are out.
 
-    True when nothing is left in hand. For a clean shutdown (registered with atexit), tests
-    and benchmarks; a row never flushed is published by the relay once its reservation lapses.
+    True when nothing is left in hand. For a clean shutdown (done at exit), tests and
+    benchmarks; a row never flushed is published by the relay once its reservation lapses.
     """
-    current = _current
-    if current is None or current.pid != os.getpid():
+    current = _publisher.current()
+    if current is None:
         return True
     return current.flush(timeout)
-
-
-atexit.register(flush)

@@ -18,13 +18,12 @@ A forked child (a prefork pool, a web server's workers) starts with an empty que
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import threading
 
 from django.db import connection
 
+from .background import Background, PerProcess
 from .conf import outbox_settings
 from .counters import RELAY_PUBLISHED
 
@@ -49,17 +48,16 @@ def outbox_mark_published(ids: list[int]) -> int:
     return int(row[0]) if row else 0
 
 
-class _Marks:
+class _Marks(Background):
     """One process's queued ids and the thread that marks them."""
 
+    thread_name = "outbox-marks"
+
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
+        super().__init__()
         self.flushing = threading.Lock()  # a flush() returns after any flush in flight
         self.ids: list[int] = []
-        self.thread: threading.Thread | None = None
         self.failing = False
-        self.stopping = False
 
     def add(self, ids: list[int]) -> None:
         with self.cond:
@@ -70,9 +68,7 @@ class _Marks:
                 del self.ids[:dropped]
                 logger.warning("outbox marks dropped; the relay republishes", extra={"n": dropped})
             if self.thread is None or not self.thread.is_alive():
-                self.stopping = False
-                self.thread = threading.Thread(target=self.run, name="outbox-marks", daemon=True)
-                self.thread.start()
+                self.ensure_thread()
             elif was_empty:
                 self.cond.notify()  # one wake-up per batch, not per id
 
@@ -98,15 +94,6 @@ class _Marks:
         self.failing = False
         return marked
 
-    def stop(self, timeout: float) -> None:
-        """Mark what is queued and end the thread (it closes its database connection)."""
-        with self.cond:
-            thread, self.stopping = self.thread, True
-            self.cond.notify()
-        if thread is not None:
-            thread.join(timeout)
-        self.flush()
-
     def _wait(self) -> bool:
         """Wait until ids are queued (True) or the thread must stop (False)."""
         with self.cond:
@@ -117,45 +104,17 @@ class _Marks:
             return not self.stopping
 
     def run(self) -> None:
-        try:
-            while self._wait():
-                # Let a batch gather; after a failure, give the database a second. stop()
-                # interrupts the pause.
-                pause = FAILURE_PAUSE_SECONDS if self.failing else outbox_settings.MARK_INTERVAL
-                with self.cond:
-                    self.cond.wait_for(lambda: self.stopping, pause)
-                self.flush()
-        finally:
-            connection.close()
+        while self._wait():
+            # Let a batch gather; after a failure, give the database a second. stop()
+            # interrupts the pause.
+            pause = FAILURE_PAUSE_SECONDS if self.failing else outbox_settings.MARK_INTERVAL
+            with self.cond:
+                self.cond.wait_for(lambda: self.stopping, pause)
+            self.flush()
 
 
-_lock = threading.Lock()
-_current: _Marks | None = None
-
-
-def _marks() -> _Marks:
-    global _current
-    with _lock:
-        if _current is None or _current.pid != os.getpid():
-            _current = _Marks()
-        return _current
-
-
-def _after_fork_in_child() -> None:
-    """A child starts with no queue, no thread and fresh locks: the parent's may have been
-    held by its mark thread at the moment of the fork."""
-    global _current, _lock
-    _lock = threading.Lock()
-    _current = None
-
-
-def _flush_at_exit() -> None:
-    if _current is not None and _current.pid == os.getpid():
-        _current.flush()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_flush_at_exit)
+# A child starts with no queue and no thread; a normal exit marks what is queued.
+_marks = PerProcess(_Marks, flush_at_exit=True)
 
 
 def mark_later(ids: list[int]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,13 +23,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.models import WorkerHeartbeat
+from outbox.background import Background, PerProcess
 
 from ..conf import jobs_settings
 from ..identity import worker_identity
 
 logger = logging.getLogger(__name__)
-
-_thread: WorkerHeartbeatThread | None = None
 
 # A live worker's row is at most one interval old, plus its write's own time; older than two
 # intervals, the worker missed a write and then some: it is gone (or cannot reach the
@@ -58,30 +56,41 @@ def worker_heartbeat_record(*, name: str, started_at: datetime) -> None:
     )
 
 
-class WorkerHeartbeatThread(threading.Thread):
-    def __init__(self, name: str, interval: float) -> None:
-        super().__init__(name="jobs-worker-heartbeat", daemon=True)
-        self.worker_name = name
-        self.interval = interval
+class _Sightings(Background):
+    """The worker's sightings: its row upserted every `interval` seconds until stopped."""
+
+    thread_name = "jobs-worker-heartbeat"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker_name: str | None = None  # set from start() to the end of stop()
+        self.interval = 0.0
         self.started_at = timezone.now()
-        self._stop_event = threading.Event()
+
+    def start(self, name: str, interval: float) -> bool:
+        """Start writing sightings as `name`; False when they are written already."""
+        with self.cond:
+            if self.worker_name is not None:
+                return False
+            self.worker_name, self.interval, self.started_at = name, interval, timezone.now()
+            self.ensure_thread()
+            return True
 
     def run(self) -> None:
-        try:
-            while True:
-                try:
-                    worker_heartbeat_record(name=self.worker_name, started_at=self.started_at)
-                except Exception:  # the database may be briefly away; keep the worker alive
-                    logger.exception("worker heartbeat write failed")
-                    close_old_connections()
-                if self._stop_event.wait(self.interval):
+        assert self.worker_name is not None
+        while True:
+            try:
+                worker_heartbeat_record(name=self.worker_name, started_at=self.started_at)
+            except Exception:  # the database may be briefly away; keep the worker alive
+                logger.exception("worker heartbeat write failed")
+                close_old_connections()
+            with self.cond:
+                if self.cond.wait_for(lambda: self.stopping, self.interval):
                     return
-        finally:
-            connection.close()
 
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=5)
+
+# The worker's main process writes them; a forked pool child starts with none.
+_sightings = PerProcess(_Sightings)
 
 
 def worker_heartbeat_forget(*, name: str) -> None:
@@ -94,24 +103,21 @@ def worker_heartbeat_forget(*, name: str) -> None:
 
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """celery.signals.worker_ready: start writing sightings for this worker."""
-    global _thread
-    if _thread is not None:
-        return
     node = getattr(sender, "hostname", None)
     name = worker_identity(str(node) if node else f"{socket.gethostname()}:{os.getpid()}")
-    _thread = WorkerHeartbeatThread(name, jobs_settings.WORKER_HEARTBEAT_INTERVAL)
-    _thread.start()
+    _sightings().start(name, jobs_settings.WORKER_HEARTBEAT_INTERVAL)
 
 
 def on_worker_shutdown(sender: Any = None, **kwargs: Any) -> None:
     """celery.signals.worker_shutdown: stop the thread, then remove the worker's row."""
-    global _thread
-    if _thread is None:
+    sightings = _sightings.current()
+    name = sightings.worker_name if sightings is not None else None
+    if sightings is None or name is None:
         return
-    thread, _thread = _thread, None
-    thread.stop()  # joined first: no write of its own can bring the row back
+    sightings.stop()  # joined first: no write of its own can bring the row back
+    sightings.worker_name = None
     try:
-        worker_heartbeat_forget(name=thread.worker_name)
+        worker_heartbeat_forget(name=name)
     except Exception:  # the database may be away: the row then ages out of workers_live
         logger.exception("worker heartbeat removal failed")
     finally:

@@ -19,10 +19,10 @@ def _rows(*ids: int) -> list[Any]:
 
 @pytest.fixture(autouse=True)
 def fresh_publisher() -> Iterator[None]:
-    fastpath._current = None
+    fastpath._publisher.forget()
     yield
     assert fastpath.flush(10), "rows left in hand after the test"
-    fastpath._current = None
+    fastpath._publisher.forget()
 
 
 class Recorder:
