@@ -53,6 +53,7 @@ PYTEST_WORKERS ?= 2
 test: setup
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-pgbouncer.sh >/dev/null
+	@bash scripts/ensure-prometheus.sh >/dev/null
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-matrix
 
