@@ -8,26 +8,44 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from tests.harness import wait_until
 from tests.network.conftest import EchoServer, Probe, connect_error, echo_server
 from tests.network.netns import (
     NETNS_PREFIX,
+    Host,
     Network,
     ip,
     owned,
     private_network,
     sweep_leftovers,
 )
-from tests.network.proxy import fault_proxy
+from tests.network.proxy import FaultProxy, fault_proxy
+
+
+def connected(probe: type[Probe], host: Host | None, address: str, port: int) -> Probe:
+    """A probe in `host` (None: in no namespace) holding a connection to address:port."""
+    client = probe(host)
+    result = client("connect", address, port, 2)
+    assert result["ok"], result
+    return client
+
+
+@pytest.fixture
+def proxied_echo() -> Iterator[FaultProxy]:
+    """A fault proxy in front of an echo server, both on 127.0.0.1."""
+    with echo_server("127.0.0.1") as echo, fault_proxy(("127.0.0.1", echo.port)) as proxy:
+        yield proxy
 
 
 def test_host__reaches_a_service_through_its_veth_only(
     network: Network, echo: EchoServer, probe: type[Probe]
 ) -> None:
     host = network.host()
-    client = probe(host)
-    assert client("connect", network.service("echo"), echo.port, 2)["ok"]
+    client = connected(probe, host, network.service("echo"), echo.port)
     assert client("echo", "hello", 2)["value"] == "hello"
     # The host has no route to anything else: not the machine's loopback services, not eth0.
     outside = probe(host)("connect", "10.213.254.254", 9, 1)
@@ -51,8 +69,7 @@ def test_blackhole__stalls_an_established_connection_without_rst_and_heal_resume
     network: Network, echo: EchoServer, probe: type[Probe]
 ) -> None:
     host = network.host()
-    client = probe(host)
-    assert client("connect", network.service("echo"), echo.port, 2)["ok"]
+    client = connected(probe, host, network.service("echo"), echo.port)
     host.blackhole()
     stalled = client("echo", "lost", 1)
     assert stalled["error"] == "TimeoutError", stalled
@@ -68,8 +85,7 @@ def test_blackhole__user_timeout_ends_a_stalled_connection_with_etimedout(
     network: Network, echo: EchoServer, probe: type[Probe]
 ) -> None:
     host = network.host()
-    client = probe(host)
-    assert client("connect", network.service("echo"), echo.port, 2)["ok"]
+    client = connected(probe, host, network.service("echo"), echo.port)
     client("user_timeout", 1000)
     host.blackhole()
     result = client("echo", "x", 10)
@@ -85,8 +101,7 @@ def test_service_blackhole__cuts_that_service_both_ways_and_no_other(
         host.blackhole("echo")
         cut = probe(host)("connect", network.service("echo"), echo.port, 1)
         assert cut["error"] == "TimeoutError", cut
-        kept = probe(host)
-        assert kept("connect", network.service("other"), other.port, 2)["ok"]
+        kept = connected(probe, host, network.service("other"), other.port)
         assert kept("echo", "fine", 2)["value"] == "fine"
         # The root side cannot reach the host from the cut service's side either.
         source = host.source_for(network.services["echo"])
@@ -103,42 +118,45 @@ def test_hosts__each_cut_on_its_own(network: Network, echo: EchoServer, probe: t
     assert probe(healthy)("connect", network.service("echo"), echo.port, 2)["ok"]
 
 
-def test_proxy_delay__adds_twice_the_delay_to_a_round_trip(probe: type[Probe]) -> None:
-    with echo_server("127.0.0.1") as echo, fault_proxy(("127.0.0.1", echo.port)) as proxy:
-        client = probe(None)
-        assert client("connect", *proxy.address, 2)["ok"]
-        base = min(client("echo", "a", 2)["seconds"] for _ in range(5))
-        proxy.delay(50)
-        rtts = [client("echo", "b", 2)["seconds"] for _ in range(5)]
-        assert all(0.1 <= rtt < 0.1 + base + 0.06 for rtt in rtts), (base, rtts)
-        proxy.pass_through()
-        assert client("echo", "c", 2)["seconds"] < 0.05
+def test_proxy_delay__adds_twice_the_delay_to_a_round_trip(
+    proxied_echo: FaultProxy, probe: type[Probe]
+) -> None:
+    proxy = proxied_echo
+    client = connected(probe, None, *proxy.address)
+    base = min(client("echo", "a", 2)["seconds"] for _ in range(5))
+    proxy.delay(50)
+    rtts = [client("echo", "b", 2)["seconds"] for _ in range(5)]
+    assert all(0.1 <= rtt < 0.1 + base + 0.06 for rtt in rtts), (base, rtts)
+    proxy.pass_through()
+    assert client("echo", "c", 2)["seconds"] < 0.05
 
 
-def test_proxy_reset__resets_open_and_new_connections(probe: type[Probe]) -> None:
-    with echo_server("127.0.0.1") as echo, fault_proxy(("127.0.0.1", echo.port)) as proxy:
-        client = probe(None)
-        assert client("connect", *proxy.address, 2)["ok"]
-        proxy.reset()
-        assert client("echo", "x", 2)["error"] == "ConnectionResetError"
-        fresh = probe(None)
-        # Reset on accept: the RST may even beat connect()'s own check of the socket.
-        first = fresh("connect", *proxy.address, 2)
-        then = fresh("echo", "x", 2) if first["ok"] else first
-        assert then["error"] == "ConnectionResetError", (first, then)
-        proxy.pass_through()
-        assert connect_error(*proxy.address, 2) == ""
+def test_proxy_reset__resets_open_and_new_connections(
+    proxied_echo: FaultProxy, probe: type[Probe]
+) -> None:
+    proxy = proxied_echo
+    client = connected(probe, None, *proxy.address)
+    proxy.reset()
+    assert client("echo", "x", 2)["error"] == "ConnectionResetError"
+    fresh = probe(None)
+    # Reset on accept: the RST may even beat connect()'s own check of the socket.
+    first = fresh("connect", *proxy.address, 2)
+    then = fresh("echo", "x", 2) if first["ok"] else first
+    assert then["error"] == "ConnectionResetError", (first, then)
+    proxy.pass_through()
+    assert connect_error(*proxy.address, 2) == ""
 
 
-def test_proxy_refuse__refuses_new_connections_and_keeps_open_ones(probe: type[Probe]) -> None:
-    with echo_server("127.0.0.1") as echo, fault_proxy(("127.0.0.1", echo.port)) as proxy:
-        client = probe(None)
-        assert client("connect", *proxy.address, 2)["ok"]
-        proxy.refuse()
-        assert connect_error(*proxy.address, 2) == "ConnectionRefusedError"
-        assert client("echo", "still", 2)["value"] == "still"
-        proxy.pass_through()
-        assert connect_error(*proxy.address, 2) == ""
+def test_proxy_refuse__refuses_new_connections_and_keeps_open_ones(
+    proxied_echo: FaultProxy, probe: type[Probe]
+) -> None:
+    proxy = proxied_echo
+    client = connected(probe, None, *proxy.address)
+    proxy.refuse()
+    assert connect_error(*proxy.address, 2) == "ConnectionRefusedError"
+    assert client("echo", "still", 2)["value"] == "still"
+    proxy.pass_through()
+    assert connect_error(*proxy.address, 2) == ""
 
 
 def test_proxy__forwards_from_a_host_to_a_loopback_service(
@@ -150,8 +168,7 @@ def test_proxy__forwards_from_a_host_to_a_loopback_service(
         echo_server("127.0.0.1") as echo,
         fault_proxy(("127.0.0.1", echo.port), host=network.service("loopback")) as proxy,
     ):
-        client = probe(host)
-        assert client("connect", *proxy.address, 2)["ok"]
+        client = connected(probe, host, *proxy.address)
         assert client("echo", "via", 2)["value"] == "via"
 
 
