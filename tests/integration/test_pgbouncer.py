@@ -10,13 +10,7 @@ JOBS_PREPARED_STATEMENTS=0 is the way to run. docs/operations.md, "Behind PgBoun
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,117 +19,17 @@ from django.db import connection
 
 from jobs.models import Job, QuarantineRecord
 from tests import kinds_operators  # noqa: F401  (registers test.ops.*)
-from tests.harness import ROOT, Harness, free_port, wait_until
+from tests.harness import Harness, wait_until
+from tests.pgbouncer import PrivatePgBouncer, pgbouncer_or_skip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MIN_VERSION = (1, 22)
 WORKER_MODULES = "tests.kinds_operators"
-
-
-def pgbouncer_binary() -> str | None:
-    """The first PgBouncer new enough: $JOBS_TEST_PGBOUNCER, var/pgbouncer, PATH, /usr/sbin."""
-    candidates = [
-        os.environ.get("JOBS_TEST_PGBOUNCER", ""),
-        str(ROOT / "var" / "pgbouncer" / "bin" / "pgbouncer"),
-        shutil.which("pgbouncer") or "",
-        "/usr/sbin/pgbouncer",
-    ]
-    for candidate in filter(None, candidates):
-        if os.access(candidate, os.X_OK) and pgbouncer_version(candidate) >= MIN_VERSION:
-            return candidate
-    return None
-
-
-def pgbouncer_version(binary: str) -> tuple[int, ...]:
-    first = subprocess.run(
-        [binary, "--version"], capture_output=True, text=True, timeout=10
-    ).stdout.split()
-    return tuple(int(part) for part in first[1].split(".")) if len(first) > 1 else ()
-
-
-@dataclass
-class PrivatePgBouncer:
-    """A PgBouncer of the test's own, in front of 127.0.0.1:5432; stopped by pid."""
-
-    binary: str
-    max_prepared_statements: int
-    pool_size: int
-    port: int = field(default_factory=free_port)
-    dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="jobs-pgbouncer-")))
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        (self.dir / "userlist.txt").write_text('"postgres" ""\n')
-        (self.dir / "pgbouncer.ini").write_text(
-            "[databases]\n"
-            "* = host=127.0.0.1 port=5432\n"
-            "[pgbouncer]\n"
-            "listen_addr = 127.0.0.1\n"
-            f"listen_port = {self.port}\n"
-            "unix_socket_dir =\n"
-            "auth_type = trust\n"
-            f"auth_file = {self.dir / 'userlist.txt'}\n"
-            "admin_users = postgres\n"
-            "pool_mode = transaction\n"
-            f"max_prepared_statements = {self.max_prepared_statements}\n"
-            f"default_pool_size = {self.pool_size}\n"
-            "max_client_conn = 200\n"
-            f"logfile = {self.dir / 'pgbouncer.log'}\n"
-        )
-        argv = [self.binary, str(self.dir / "pgbouncer.ini")]
-        if os.geteuid() == 0:  # PgBouncer refuses to run as root
-            shutil.chown(self.dir, "postgres")
-            argv[1:1] = ["-u", "postgres"]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self.answers, timeout=15, what="the private pgbouncer to answer")
-
-    def answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"pgbouncer exited:\n{self.log()[-2000:]}")
-        try:
-            self.show("VERSION")
-        except psycopg.OperationalError:
-            return False
-        return True
-
-    def url(self, database: str) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
-
-    def show(self, what: str) -> list[dict[str, Any]]:
-        """A SHOW command of the admin console, rows as dicts."""
-        with psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname="pgbouncer", autocommit=True
-        ) as admin:
-            cursor = admin.execute(f"SHOW {what}", prepare=False)
-            names = [column.name for column in cursor.description or []]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    def log(self) -> str:
-        path = self.dir / "pgbouncer.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def binary() -> str:
-    found = pgbouncer_binary()
-    if found is None:
-        message = "no PgBouncer >= 1.22: run scripts/ensure-pgbouncer.sh (make test does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return pgbouncer_or_skip()
 
 
 def bouncer(binary: str, *, max_prepared_statements: int, pool_size: int) -> PrivatePgBouncer:
