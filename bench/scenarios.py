@@ -696,7 +696,7 @@ def scenario_e2e(
             contenders["durable_reuse"] = reuse_round
         if proc:
             contenders["procrastinate"] = lambda n, p=proc: p.round(n, b.submitters)
-        done_jobs = {k: 0 for k in contenders}
+        done_jobs = dict.fromkeys(contenders, 0)
         rounds: dict[str, list[Round]] = {k: [] for k in contenders}
         metered = {"durable": [main], "durable_reuse": [rdb], "procrastinate": [pdb]}
         not_jobs = {proc.conn.info.backend_pid} if proc else set()  # our count(*) polls

@@ -43,7 +43,7 @@ class ProviderState:
             "total_requests": self.total_requests,
             "requests_by_key": dict(self.requests),
             "notices": len(self.notices),
-            "notices_by_key": {key: 1 for key in self.notices},
+            "notices_by_key": dict.fromkeys(self.notices, 1),
             "duplicate_sends": sum(1 for n in self.requests.values() if n > 1),
             "max_in_flight": self.max_in_flight,
             "rejected_for_capacity": self.rejected_for_capacity,

@@ -14,6 +14,7 @@ from django.conf import settings
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from demo import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
 from jobs.artifacts import artifact_name
 from jobs.models import (
     EffectLedgerEntry,
@@ -32,7 +33,6 @@ from jobs.signals import (
     signal_values,
 )
 
-from .. import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
 from .processes import (
     Child,
     DemoFailed,

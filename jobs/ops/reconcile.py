@@ -35,6 +35,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobs import registry
+from jobs.conf import jobs_settings
 from jobs.models import Job
 from jobs.services import job_enqueue_execute, job_event_record
 from jobs.signals import INCOMPATIBLE_DEPLOYMENT, signal_values
@@ -42,7 +43,6 @@ from jobs.states import ACTIVE, CLAIMABLE, JobState
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_until_empty
 
-from ..conf import jobs_settings
 from . import selectors
 
 logger = logging.getLogger(__name__)

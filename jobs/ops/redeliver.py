@@ -43,6 +43,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
+from jobs.conf import jobs_settings
 from jobs.dispatch import job_enqueue_execute
 from jobs.events import job_event_record
 from jobs.models import DrainSample, Job
@@ -51,7 +52,6 @@ from jobs.states import CLAIMABLE, JobState
 from outbox.models import OutboxEntry
 from outbox.services import outbox_publish_together
 
-from ..conf import jobs_settings
 from .reconcile import blocked_by_caps, earlier_in_key
 from .workers import workers_live
 

@@ -10,7 +10,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..conf import jobs_settings
+from jobs.conf import jobs_settings
+
 from .dashboard import ops_snapshot
 from .metrics import metrics_registry
 

@@ -22,11 +22,10 @@ from django.db import close_old_connections, connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from jobs.conf import jobs_settings
+from jobs.identity import worker_identity
 from jobs.models import WorkerHeartbeat
 from outbox.background import Background, PerProcess
-
-from ..conf import jobs_settings
-from ..identity import worker_identity
 
 logger = logging.getLogger(__name__)
 
