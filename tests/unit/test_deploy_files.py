@@ -117,7 +117,7 @@ def procfile() -> dict[str, str]:
 
 def test_every_long_running_service_restarts_and_reports_health__compose() -> None:
     config = compose()
-    for name, spec in services(config, frozenset({"rabbitmq"})).items():
+    for name, spec in services(config, frozenset({"rabbitmq", "observability"})).items():
         if name in ONE_SHOT:
             assert spec.get("restart") == "no", name
             continue
@@ -207,6 +207,74 @@ def test_only_the_tls_proxy_is_published_for_web__compose_and_caddyfile() -> Non
     for name, spec in config["services"].items():
         for published in spec.get("ports", []):
             assert published.startswith("127.0.0.1:"), (name, published)
+
+
+def bind_mounts(spec: dict[str, Any]) -> dict[str, str]:
+    """{container path: repository path} of a service's `./...` volumes."""
+    mounts = {}
+    for volume in spec.get("volumes", []):
+        source, target, *_ = volume.split(":")
+        if source.startswith("./"):
+            mounts[target] = source
+    return mounts
+
+
+def test_observability_profile_mounts_the_rules_and_the_dashboard__compose() -> None:
+    env = {**SECRETS, "JOBS_METRICS_TOKEN": "scrape-token", "GRAFANA_ADMIN_PASSWORD": "pw"}
+    config = compose(env)
+    assert not {"prometheus", "grafana"} & set(services(config))  # only with the profile
+    observed = services(config, frozenset({"observability"}))
+    prometheus, grafana = observed["prometheus"], observed["grafana"]
+    for spec in (prometheus, grafana):
+        assert spec["profiles"] == ["observability"]
+        for source in bind_mounts(spec).values():
+            assert (ROOT / source).exists(), source
+    # Prometheus: its config and every rule file it names, the token web accepts.
+    mounts = bind_mounts(prometheus)
+    config_path = "/etc/prometheus/prometheus.yml"
+    assert mounts[config_path] == "./deploy/prometheus/prometheus.yml"
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    for rule_file in scrape["rule_files"]:
+        assert mounts[f"/etc/prometheus/{rule_file}"] == f"./deploy/prometheus/{rule_file}"
+    entrypoint = " ".join(prometheus["entrypoint"])
+    assert f"--config.file={config_path}" in entrypoint
+    (job,) = scrape["scrape_configs"]
+    token_file = job["authorization"]["credentials_file"]
+    assert f'printf %s "$JOBS_METRICS_TOKEN" > {token_file}' in entrypoint
+    assert prometheus["environment"]["JOBS_METRICS_TOKEN"] == "scrape-token"
+    for name, spec in app_services(config).items():
+        assert spec["environment"]["JOBS_METRICS_TOKEN"] == "scrape-token", name
+    port = dockerfile_cmd()[dockerfile_cmd().index("--bind") + 1].rsplit(":", 1)[1]
+    assert job["static_configs"] == [{"targets": [f"web:{port}"]}]
+    assert job["metrics_path"] == "/metrics"
+    # Grafana: the provisioned data source is this Prometheus; the dashboard file is where
+    # the provider reads.
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "pw"
+    mounts = bind_mounts(grafana)
+    assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "durable-jobs.yml").read_text())[
+        "providers"
+    ]
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "durable-jobs.json").read_text())
+    assert mounts[f"{provider['options']['path']}/durable-jobs.json"] == (
+        "./deploy/grafana/durable-jobs.json"
+    )
+    variable = dashboard["templating"]["list"][0]
+    assert variable["type"] == "datasource" and variable["query"] == source["type"]
+    # Without the variables the stack still parses; the containers refuse to start instead.
+    quiet = compose()
+    assert quiet["services"]["prometheus"]["environment"]["JOBS_METRICS_TOKEN"] == ""
+    assert 'test -n "$JOBS_METRICS_TOKEN"' in " ".join(
+        quiet["services"]["prometheus"]["entrypoint"]
+    )
+    assert 'test -n "$GF_SECURITY_ADMIN_PASSWORD"' in " ".join(
+        quiet["services"]["grafana"]["entrypoint"]
+    )
 
 
 # -- Dockerfile -----------------------------------------------------------------------------
