@@ -1,21 +1,40 @@
-"""Fixtures of the network tests: a private network per test, echo servers, probes in hosts."""
+"""Fixtures of the network tests: a private network per test, echo servers, probes in hosts,
+a RabbitMQ vhost and a site (a worker host behind fault proxies and one beside us)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import socket
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from tests.harness import ROOT
+from demo.guided.processes import point_celery_at
+from tests.harness import ROOT, Harness, PrivateRedis
+from tests.kinds_network import WATCH_DIR_ENV
+from tests.network.hosts import HostHarness
 from tests.network.netns import Host, Network, netns_available, private_network
+from tests.network.proxy import fault_proxy
+from tests.network.rabbitmq import (
+    RABBITMQ,
+    VHOST_PREFIX,
+    Site,
+    rabbitmq_up,
+    rabbitmqctl,
+    sweep_vhosts,
+)
 
 
 @pytest.fixture(scope="session")
@@ -125,3 +144,63 @@ def connect_error(address: str, port: int, timeout: float) -> str:
     except OSError as error:
         return type(error).__name__
     return ""
+
+
+@pytest.fixture
+def vhost() -> Iterator[str]:
+    """A RabbitMQ vhost of this test only (guest may use it), deleted at teardown."""
+    assert rabbitmq_up(), "RabbitMQ must run on 127.0.0.1:5672 (scripts/ensure-services.sh)"
+    sweep_vhosts()
+    name = f"{VHOST_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    rabbitmqctl("add_vhost", name)
+    try:
+        rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+        yield name
+    finally:
+        rabbitmqctl("delete_vhost", name)
+
+
+@pytest.fixture
+def site(
+    network: Network,
+    vhost: str,
+    session_redis: PrivateRedis,
+    settings: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Site]:
+    """A host whose workers reach RabbitMQ (the test's vhost) and the test database through
+    fault proxies on service addresses; this process and `root` workers use loopback."""
+    amqp_address, pg_address = network.service("amqp"), network.service("pg")
+    db = connection.settings_dict
+    database = (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
+    workdir = Path(tempfile.mkdtemp(prefix="jobs-rmq-net-"))
+    (workdir / "media").mkdir()
+    settings.MEDIA_ROOT = workdir / "media"
+    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))  # watch_note reads it here too
+    local_url = f"amqp://guest:guest@127.0.0.1:{RABBITMQ[1]}/{vhost}"
+    point_celery_at(local_url)  # this process submits over loopback, into the test's vhost
+    with (
+        fault_proxy(RABBITMQ, host=amqp_address) as amqp_proxy,
+        fault_proxy(database, host=pg_address) as pg_proxy,
+    ):
+        common = {"workdir": workdir, "media_root": workdir / "media"}
+        cut = HostHarness(
+            broker_url=f"amqp://guest:guest@{amqp_address}:{amqp_proxy.port}/{vhost}",
+            database_url=f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
+            **common,
+        )
+        cut.host = network.host()
+        root = Harness(
+            broker_url=local_url,
+            database_url=f"postgres://postgres@{database[0]}:{database[1]}/{db['NAME']}",
+            **common,
+        )
+        try:
+            yield Site(cut.host, cut, root, tmp_path, vhost)
+        finally:
+            root.stop_all()
+            cut.stop_all()
+            point_celery_at(session_redis.url)
+            if not os.environ.get("JOBS_TEST_KEEP_LOGS"):
+                shutil.rmtree(workdir, ignore_errors=True)

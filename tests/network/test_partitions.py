@@ -26,7 +26,8 @@ import jobs
 from demo.guided.processes import point_celery_at
 from jobs.models import Job
 from tests.chaos.private_pg import PrivatePostgres, private_postgres
-from tests.harness import ROOT, Harness, PrivateRedis, Proc, broker_job_ids, wait_until
+from tests.harness import ROOT, PrivateRedis, Proc, broker_job_ids, wait_until
+from tests.network.hosts import HostHarness
 from tests.network.netns import NETWORK_CIDR, Host, Network
 from tests.network.proxy import fault_proxy
 
@@ -170,15 +171,6 @@ def test_postgres_calls__end_within_their_bounds__when_the_host_is_cut_off(
     assert USER_TIMEOUT - 1 <= query_seconds <= USER_TIMEOUT + MARGIN
     assert in_flight_outcome == "failed:OperationalError"
     assert in_flight_at - cut_at <= KEEPALIVE_BOUND + MARGIN
-
-
-class HostHarness(Harness):
-    """A harness whose processes run inside `host`."""
-
-    host: Host
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
-        return super().spawn(name, self.host.wrap(argv), env)
 
 
 BROKER_TROUBLE = (
