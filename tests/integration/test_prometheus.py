@@ -40,7 +40,8 @@ from jobs.runtime import Outcome, execute
 from jobs.services import job_complete
 from tests.harness import ROOT, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Only the tests that scrape /metrics touch the database.
+needs_database = pytest.mark.django_db(transaction=True)
 
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 CONFIG = PROMETHEUS_DIR / "prometheus.yml"
@@ -175,6 +176,7 @@ def test_alerts_agree_with_the_table__docs_operations() -> None:
         assert table[name] == (rule["expr"], rule["for"]), name
 
 
+@needs_database
 def test_alerts_and_dashboard_name_only_exported_metrics__real_scrape(settings: Any) -> None:
     exported = exported_names(scrape(settings))
     assert {"jobs_accepted_total", "jobs_incompatible_deployment_total"} <= exported
@@ -193,6 +195,48 @@ def test_dashboard_exprs_parse__promtool(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     out = run(tool("promtool"), "check", "rules", str(path))
     assert f"SUCCESS: {len(exprs)} rules found" in out
+
+
+def test_dashboard_imports_cleanly__ids_layout_datasource() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "durable-jobs" and "__inputs" not in dashboard
+    (variable,) = dashboard["templating"]["list"]
+    assert (variable["name"], variable["type"], variable["query"]) == (
+        "datasource",
+        "datasource",
+        "prometheus",
+    )
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        taken = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not taken & cells, f"{panel['title']} overlaps another panel"
+        cells |= taken
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"] and panel["description"], panel["title"]
+        for source in [panel["datasource"], *(t["datasource"] for t in panel["targets"])]:
+            assert source == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+    titles = " ".join(panel["title"].lower() for panel in panels)
+    for topic in (
+        "acceptance vs completion",
+        "backlog",
+        "oldest queued",
+        "outbox lag",
+        "leases expired",
+        "stale writes rejected",
+        "duplicate deliveries vs duplicate effects",
+        "quarantine",
+        "latency",
+    ):
+        assert topic in titles, topic
 
 
 # -- a real Prometheus ----------------------------------------------------------------------
@@ -302,6 +346,7 @@ def _stale_write(user: Any) -> None:
     job_complete(new, result={"ok": True}, local_effects=[])
 
 
+@needs_database
 def test_real_prometheus_scrapes_values_and_moves_the_alerts_of_real_faults(
     prometheus: Prometheus, user: Any, settings: Any
 ) -> None:
