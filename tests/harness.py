@@ -61,6 +61,12 @@ class Proc(Child):
     def children(self) -> list[int]:
         return child_pids(self.pid)
 
+    def pool_child(self, *, timeout: float = 30.0) -> int:
+        """The pid of a `--concurrency=1` prefork worker's one pool process."""
+        children = wait_until(self.children, timeout=timeout, what=f"{self.name}'s pool process")
+        assert len(children) == 1, children
+        return int(children[0])
+
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, sig)
@@ -217,6 +223,16 @@ class Harness:
             check=check,
             timeout=120,
         )
+
+    def broker_idle(self, queue: str = "jobs") -> bool:
+        """Nothing waiting in a Redis queue, nothing delivered but unacked (kombu's `unacked`)."""
+        import redis
+
+        client = redis.Redis.from_url(self.broker_url)
+        try:
+            return int(client.llen(queue)) == 0 and int(client.hlen("unacked")) == 0
+        finally:
+            client.close()
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):

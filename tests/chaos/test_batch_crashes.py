@@ -28,6 +28,7 @@ import redis
 
 import jobs
 import tests.kinds_batch_chaos  # noqa: F401  (registers the kinds in this process too)
+from demo.procs import process_alive
 from jobs.effects import effect_idempotency_key
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
@@ -115,15 +116,6 @@ def deliveries(worker: Proc, task_id: str) -> int:
     return worker.log().count(f"[{task_id}] received")
 
 
-def broker_idle(harness: Harness) -> bool:
-    """Nothing waiting and nothing delivered-but-unacked in the private Redis."""
-    client = redis.Redis.from_url(harness.broker_url)
-    try:
-        return int(client.llen("jobs")) == 0 and int(client.hlen("unacked")) == 0
-    finally:
-        client.close()
-
-
 def side_channel(harness: Harness, name: str) -> list[list[str]]:
     path = harness.workdir / name
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
@@ -159,15 +151,6 @@ def reap_until_finished(batch: list[Job], *, timeout: float = 90) -> None:
         return all_in(batch, FINISHED)
 
     wait_until(finished, timeout=timeout, interval=0.3, what="every job to finish")
-
-
-def pid_running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - one read
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # -- the invariants ----------------------------------------------------------------------
@@ -265,8 +248,7 @@ def test_batch_killed_with_half_the_handlers_done(harness: Harness, user: Any) -
     half = len(batch) // 2
     # A budget past the whole batch: every handler is meant to start in the first run.
     worker = harness.start_worker("w1", **worker_env(harness, JOBS_BATCH_BUDGET_SECONDS="60"))
-    children = worker.children()
-    assert len(children) == 1
+    child = worker.pool_child()
 
     def half_applied() -> bool:
         # Recorded on the side channel and ledgered as applied: the kill then lands in the
@@ -280,8 +262,8 @@ def test_batch_killed_with_half_the_handlers_done(harness: Harness, user: Any) -
         )
 
     wait_until(half_applied, timeout=60, interval=0.02, what="half the handlers' effects")
-    os.kill(children[0], signal.SIGKILL)
-    wait_until(lambda: not pid_running(children[0]), timeout=30, what="the pool child to die")
+    os.kill(child, signal.SIGKILL)
+    wait_until(lambda: not process_alive(child), timeout=30, what="the pool child to die")
 
     applied_before = {
         str(job_id)
@@ -317,8 +299,8 @@ def test_batch_killed_with_half_the_handlers_done(harness: Harness, user: Any) -
             reran_unapplied += starts[key] == 2
     assert reran_unapplied <= 1  # at most the handler the kill interrupted before its effect
     assert signal_value(EFFECTS_REUSED) >= len(applied_before)
-    assert worker.alive() and worker.children() != children  # the pool replaced its child
-    wait_until(lambda: broker_idle(harness), timeout=30, what="every message acked")
+    assert worker.alive() and worker.children() != [child]  # the pool replaced its child
+    wait_until(harness.broker_idle, timeout=30, what="every message acked")
     # The killed run had not acked its message: it was rejected back and delivered again.
     assert deliveries(worker, message) == 2
 
@@ -340,7 +322,7 @@ def test_batch_killed_after_group_commit_before_ack(harness: Harness, user: Any)
         timeout=60,
         what="the redelivered batch to be counted as duplicates",
     )
-    wait_until(lambda: broker_idle(harness), timeout=30, what="the redelivery to be acked")
+    wait_until(harness.broker_idle, timeout=30, what="the redelivery to be acked")
 
     assert "failpoint worker.after_complete_before_ack triggered" in worker.log()
     assert worker.alive() and worker.children() != children  # a new child took the message
@@ -397,7 +379,7 @@ def test_relay_killed_after_batch_publish_before_mark(
 
     harness.start_worker("w1", concurrency=2, **worker_env(harness))
     wait_until(
-        lambda: all_in(batch, ("succeeded",)) and broker_idle(harness),
+        lambda: all_in(batch, ("succeeded",)) and harness.broker_idle(),
         timeout=90,
         what="every job to succeed and every message to be acked",
     )
@@ -470,4 +452,4 @@ def test_poison_job_in_batch_spends_only_its_own_attempts(harness: Harness, user
         )
     )
     assert all(owner.startswith("w1:") for owner in owners if owner)
-    wait_until(lambda: broker_idle(harness), timeout=30, what="every message acked")
+    wait_until(harness.broker_idle, timeout=30, what="every message acked")

@@ -19,7 +19,7 @@ from jobs.reaper import jobs_reap
 from jobs.retry import backoff_ceiling
 from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from outbox.relay import outbox_relay_until_empty
-from tests.harness import Harness, Proc, wait_until
+from tests.harness import Harness, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
@@ -51,12 +51,6 @@ def wait_state(job: Job, state: str, *, timeout: float = 90, reap: bool = False)
     wait_until(reached, timeout=timeout, interval=0.3, what=f"job {job.pk} to be {state}")
     job.refresh_from_db()
     return job
-
-
-def the_child(worker: Proc) -> int:
-    children = wait_until(worker.children, timeout=30, what=f"{worker.name} pool child")
-    assert len(children) == 1, children
-    return int(children[0])
 
 
 # -- transient, permanent, elapsed ------------------------------------------------------------
@@ -153,7 +147,7 @@ def test_poison_job_quarantined_after_budget_then_fixed_and_redriven__admin_and_
 ) -> None:
     harness.start_relay()
     worker = harness.start_worker("w1")
-    first_child = the_child(worker)
+    first_child = worker.pool_child()
     via_admin = jobs.submit(kind="drill.crash", input={"n": 1}, owner=user)
     via_command = jobs.submit(kind="drill.crash", input={"n": 2}, owner=user)
 
@@ -171,7 +165,7 @@ def test_poison_job_quarantined_after_budget_then_fixed_and_redriven__admin_and_
         assert len(claims) == 3
     # Every attempt killed the pool child; the celery main process respawned it.
     assert worker.alive()
-    assert the_child(worker) != first_child
+    assert worker.pool_child() != first_child
     assert "WorkerLostError" in worker.log() or "exited with" in worker.log()
 
     # The fix ships: restart the worker with the setting toggled.
@@ -253,7 +247,7 @@ def test_paused_worker_late_writes_never_make_two_terminal_states__sigstop_past_
         timeout=60,
         what="w1 to claim the job",
     )
-    child = the_child(first)
+    child = first.pool_child()
     os.kill(child, signal.SIGSTOP)
     try:
         # Lease is 3s; the paused child can no longer heartbeat. Reaper + second worker run.

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from django.db import transaction
 
 import jobs
 import tests.kinds_for_tests  # noqa: F401  (registers test.report in this process too)
+from demo.procs import process_alive
 from jobs.effects import effect_idempotency_key
 from jobs.models import EffectLedgerEntry, Job, JobEvent
 from jobs.reaper import jobs_reap
@@ -74,15 +74,6 @@ def reap_until_taken_over(job: Job, *, generation: int, timeout: float = 90) -> 
         return job_now(job).generation > generation
 
     wait_until(taken_over, timeout=timeout, interval=0.5, what="the expired lease to be taken over")
-
-
-def broker_idle(harness: Harness) -> bool:
-    """Nothing waiting and nothing delivered-but-unacked in the private Redis."""
-    client = redis.Redis.from_url(harness.broker_url)
-    try:
-        return int(client.llen("jobs")) == 0 and int(client.hlen("unacked")) == 0
-    finally:
-        client.close()
 
 
 def assert_one_artifact_one_notice(harness: Harness, job: Job) -> None:
@@ -211,7 +202,7 @@ def test_crash_after_completion_commit_before_ack__redelivery_is_acked_without_r
         timeout=90,
         what="the redelivered message to be counted as a duplicate",
     )
-    wait_until(lambda: broker_idle(harness), timeout=30, what="the redelivery to be acked")
+    wait_until(harness.broker_idle, timeout=30, what="the redelivery to be acked")
 
     assert "failpoint worker.after_complete_before_ack triggered" in worker.log()
     assert worker.alive()
@@ -350,7 +341,7 @@ def test_duplicate_delivery_during_live_lease__acked_and_left_to_the_owner(
     assert job_now(job).state == "leased"  # acked and left alone; the owner still works
 
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="the owner to finish")
-    wait_until(lambda: broker_idle(harness), timeout=30, what="both messages acked")
+    wait_until(harness.broker_idle, timeout=30, what="both messages acked")
     assert signal_value(DUPLICATE_DELIVERIES) == 1
     assert signal_value(DUPLICATE_EFFECTS) == 0
     assert job_now(job).generation == 1
@@ -384,15 +375,6 @@ def test_sigkill_of_worker_main_process__job_recovered_and_effect_happens_once(
     assert_killed_around_the_notice__one_logical_send(harness, job)
 
 
-def pid_running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_sigkill_of_prefork_main_process__job_recovered_and_effect_happens_once(
     harness: Harness, user: Any
 ) -> None:
@@ -412,7 +394,7 @@ def test_sigkill_of_prefork_main_process__job_recovered_and_effect_happens_once(
     wait_until(lambda: not first.alive(), timeout=30, what="worker 1's main process to die")
     # Celery's prefork children carry PR_SET_PDEATHSIG=SIGKILL: no orphan keeps working.
     wait_until(
-        lambda: not any(pid_running(pid) for pid in children),
+        lambda: not any(process_alive(pid) for pid in children),
         timeout=30,
         what="the pool child to die with its parent",
     )

@@ -53,13 +53,6 @@ def start_worker(harness: Harness, name: str, **env: str) -> Proc:
     return harness.start_worker(name, JOBS_HANDLER_MODULES=KINDS, **env)
 
 
-def the_child(worker: Proc) -> int:
-    """The pid of the worker's one pool process."""
-    children = wait_until(worker.children, timeout=30, what=f"{worker.name}'s pool process")
-    assert len(children) == 1, children
-    return int(children[0])
-
-
 def state_of(job_id: Any) -> str:
     return Job.objects.values_list("state", flat=True).get(pk=job_id)
 
@@ -103,7 +96,7 @@ def test_sys_exit_in_a_handler__retried_then_quarantined_as_systemexit_and_the_p
 ) -> None:
     harness.start_relay(JOBS_HANDLER_MODULES=KINDS)  # the retry is an outbox row due later
     worker = start_worker(harness, "w-exit")
-    child = the_child(worker)
+    child = worker.pool_child()
     started = time.monotonic()
     job = jobs.submit(kind="exits.sys_exit", input={"code": 3}, owner=user)
 
@@ -128,7 +121,7 @@ def test_sys_exit_in_a_handler__retried_then_quarantined_as_systemexit_and_the_p
     assert claim_pids(job.pk) == [child, child]
     after = jobs.submit(kind="exits.ok", input={}, owner=user)
     assert wait_state(after.pk, "succeeded").result == {"pid": child}
-    assert worker.alive() and the_child(worker) == child
+    assert worker.alive() and worker.pool_child() == child
     assert "WorkerLostError" not in worker.log()
 
 
@@ -175,7 +168,7 @@ def test_sigterm_to_the_pool_process_mid_handler__the_job_is_left_leased_not_fai
     harness: Harness, user: Any, tmp_path: Path
 ) -> None:
     worker = start_worker(harness, "w-term")
-    child = the_child(worker)
+    child = worker.pool_child()
     started = tmp_path / "started"
     job = jobs.submit(kind="exits.wait", input={"started": str(started), "seconds": 30}, owner=user)
     wait_until(started.exists, timeout=30, what="the handler to start")
@@ -221,7 +214,7 @@ def test_sys_exit_in_a_django_task__failed_with_systemexit_and_the_process_serve
     tasks: ModuleType, harness: Harness
 ) -> None:
     worker = harness.start_worker("w-tasks", DJANGO_SETTINGS_MODULE="tests.settings_tasks")
-    child = the_child(worker)
+    child = worker.pool_child()
     started = time.monotonic()
     result = tasks.script_exit.enqueue(3)
 
@@ -246,7 +239,7 @@ def test_sys_exit_in_a_django_task__failed_with_systemexit_and_the_process_serve
     wait_until(lambda: state_of(after.id) == "succeeded", timeout=PROMPTLY, what="the next task")
     assert tasks.add.get_result(after.id).return_value == 3
     assert claim_pids(after.id) == [child]
-    assert the_child(worker) == child
+    assert worker.pool_child() == child
 
 
 # -- the batch path: one message, several jobs ------------------------------------------------
@@ -263,15 +256,6 @@ def batch_messages(harness: Harness) -> list[list[str]]:
     return [[i["job_id"] for i in body.get("items", [body])] for body in bodies]
 
 
-def broker_idle(harness: Harness) -> bool:
-    """Nothing waiting and nothing delivered but unacked."""
-    client = redis.Redis.from_url(harness.broker_url)
-    try:
-        return int(client.llen("jobs")) == 0 and int(client.hlen("unacked")) == 0
-    finally:
-        client.close()
-
-
 def test_sys_exit_in_a_batch_message__only_that_job_fails_its_siblings_commit_the_process_goes_on(
     harness: Harness, user: Any
 ) -> None:
@@ -284,7 +268,7 @@ def test_sys_exit_in_a_batch_message__only_that_job_fails_its_siblings_commit_th
     exiting, siblings = ids[2], ids[:2] + ids[3:]
     harness.start_relay(JOBS_HANDLER_MODULES=KINDS)
     worker = start_worker(harness, "w-batch")
-    child = the_child(worker)
+    child = worker.pool_child()
     started = time.monotonic()
 
     for job_id in siblings:
@@ -305,9 +289,9 @@ def test_sys_exit_in_a_batch_message__only_that_job_fails_its_siblings_commit_th
     assert_no_lease_expired(ids)
     assert claim_pids(exiting) == [child, child]
     # Acked once every outcome committed; the process that ran the batch is still the pool's.
-    wait_until(lambda: broker_idle(harness), timeout=PROMPTLY, what="every message acked")
+    wait_until(harness.broker_idle, timeout=PROMPTLY, what="every message acked")
     assert not OutboxEntry.objects.filter(published_at__isnull=True).exists()
-    assert worker.alive() and the_child(worker) == child
+    assert worker.alive() and worker.pool_child() == child
     assert "WorkerLostError" not in worker.log()
 
 
