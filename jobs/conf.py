@@ -13,140 +13,118 @@ from outbox.conf import AppSettings, Setting
 
 class JobsSettings(AppSettings):
     prefix = "JOBS_"
-    declared = {
-        "AUTODISCOVER_KINDS": Setting(
-            True, "Import the `kinds` module of every installed app at start-up (as admin.py)."
-        ),
-        "HANDLER_MODULES": Setting(
-            [], "More modules imported at start-up by web and worker; they register kinds."
-        ),
-        "QUEUE": Setting("jobs", "The Celery queue of `jobs.execute` unless a kind names its own."),
-        "TASK_TIME_LIMIT": Setting(
-            900,
-            "Hard time limit of one delivery of `jobs.execute` (seconds); must stay well below "
-            "the broker's redelivery window.",
-            positive=True,
-        ),
-        "TASK_SOFT_TIME_LIMIT": Setting(
-            840, "Soft time limit of `jobs.execute` (below the hard one).", positive=True
-        ),
-        "BATCH_BUDGET_SECONDS": Setting(
-            5.0,
-            "A batch message starts no handler after this long; the jobs left are given back "
-            "uncharged (also added to `jobs.execute_many`'s time limits).",
-            positive=True,
-        ),
-        "RABBITMQ_CONSUMER_TIMEOUT": Setting(
-            1800.0,
-            "RabbitMQ's consumer_timeout as your server sets it (its redelivery window).",
-            positive=True,
-        ),
-        "DEFAULT_LEASE_SECONDS": Setting(30.0, "Lease of a kind that names none.", positive=True),
-        "MAX_INPUT_BYTES": Setting(64 * 1024, "Largest JSON input of one job.", positive=True),
-        "MAX_INPUT_DEPTH": Setting(
-            64,
-            "Deepest nesting of arrays and objects in a job's input (an API body may nest one "
-            "level more); keep it far below Python's recursion limit.",
-            positive=True,
-        ),
-        "MAX_OBJECT_BYTES": Setting(
-            10 * 1024 * 1024, "Largest upload to /api/objects/.", positive=True
-        ),
-        "REAP_INTERVAL": Setting(5.0, "Seconds between reaper runs (beat).", positive=True),
-        "RECONCILE_INTERVAL": Setting(
-            60.0, "Seconds between reconciler runs (beat).", positive=True
-        ),
-        "RECONCILE_STALE_AFTER": Setting(
-            300.0,
-            "Due work with a published message nobody claimed for this long counts as lost.",
-            positive=True,
-        ),
-        "REDELIVER_INTERVAL": Setting(
-            2.0,
-            "Seconds between redelivery checks (beat): published due work nobody claimed "
-            "within its delivery deadline is published again (jobs.redeliver).",
-            positive=True,
-        ),
-        "DELIVERY_DEADLINE_MIN": Setting(
-            5.0,
-            "Shortest delivery deadline (seconds): an idle system republishes a lost message "
-            "this long after its publish.",
-            positive=True,
-        ),
-        "DELIVERY_DEADLINE_FACTOR": Setting(
-            2.0,
-            "The deadline is this many times the backlog's drain time (backlog / completions "
-            "per second), the largest measured since the message was published.",
-            positive=True,
-        ),
-        "DELIVERY_DEADLINE_MAX": Setting(
-            300.0,
-            "Longest delivery deadline (seconds), also when the drain time is unknown.",
-            positive=True,
-        ),
-        "REDELIVER_BATCH": Setting(
-            500, "Most jobs one redelivery check publishes again.", positive=True
-        ),
-        "WORKER_HEARTBEAT_INTERVAL": Setting(
-            15.0, "How often a worker records that it is alive (/ops/).", positive=True
-        ),
-        "WORKER_DB_PROBE_INTERVAL": Setting(
-            1.0,
-            "A worker that stopped consuming because the database was unreachable tries a "
-            "fresh connection this often, and consumes again once one answers.",
-            positive=True,
-        ),
-        "WORKER_NAME": Setting(
-            "",
-            "The worker's name in leases, /ops/ and logs; empty: the Celery node name "
-            "(`celery@host`, as Flower shows it), or the host name outside a worker.",
-        ),
-        "PREPARED_STATEMENTS": Setting(
-            True,
-            "The per-job statements as server-side prepared statements; turn off behind "
-            "PgBouncer older than 1.22 in transaction mode.",
-        ),
-        "METRICS_TOKEN": Setting(
-            "", "Bearer token for Prometheus scrapes of /metrics (empty: staff sessions only)."
-        ),
-        "THROTTLE_USER": Setting("1200/min", 'Per-user API rate ("off" disables).'),
-        "THROTTLE_TENANT": Setting("6000/min", 'Per-tenant API rate ("off" disables).'),
-        "API_MAX_WAIT_SECONDS": Setting(
-            30.0, "Longest `?wait=` long-poll of GET /api/jobs/<id>/.", minimum=0
-        ),
-        "API_POLL_INTERVAL": Setting(
-            0.25, "How often a long-poll reads the job again.", positive=True
-        ),
-    }
 
-    AUTODISCOVER_KINDS: bool
-    HANDLER_MODULES: list[str]
-    QUEUE: str
-    TASK_TIME_LIMIT: int
-    TASK_SOFT_TIME_LIMIT: int
-    RABBITMQ_CONSUMER_TIMEOUT: float
-    DEFAULT_LEASE_SECONDS: float
-    BATCH_BUDGET_SECONDS: float
-    MAX_INPUT_BYTES: int
-    MAX_INPUT_DEPTH: int
-    MAX_OBJECT_BYTES: int
-    REAP_INTERVAL: float
-    RECONCILE_INTERVAL: float
-    RECONCILE_STALE_AFTER: float
-    REDELIVER_INTERVAL: float
-    DELIVERY_DEADLINE_MIN: float
-    DELIVERY_DEADLINE_FACTOR: float
-    DELIVERY_DEADLINE_MAX: float
-    REDELIVER_BATCH: int
-    WORKER_HEARTBEAT_INTERVAL: float
-    WORKER_DB_PROBE_INTERVAL: float
-    WORKER_NAME: str
-    PREPARED_STATEMENTS: bool
-    METRICS_TOKEN: str
-    THROTTLE_USER: str
-    THROTTLE_TENANT: str
-    API_MAX_WAIT_SECONDS: float
-    API_POLL_INTERVAL: float
+    AUTODISCOVER_KINDS: Setting[bool] = Setting(
+        True, "Import the `kinds` module of every installed app at start-up (as admin.py)."
+    )
+    HANDLER_MODULES: Setting[list[str]] = Setting(
+        [], "More modules imported at start-up by web and worker; they register kinds."
+    )
+    QUEUE: Setting[str] = Setting(
+        "jobs", "The Celery queue of `jobs.execute` unless a kind names its own."
+    )
+    TASK_TIME_LIMIT: Setting[int] = Setting(
+        900,
+        "Hard time limit of one delivery of `jobs.execute` (seconds); must stay well below "
+        "the broker's redelivery window.",
+        positive=True,
+    )
+    TASK_SOFT_TIME_LIMIT: Setting[int] = Setting(
+        840, "Soft time limit of `jobs.execute` (below the hard one).", positive=True
+    )
+    BATCH_BUDGET_SECONDS: Setting[float] = Setting(
+        5.0,
+        "A batch message starts no handler after this long; the jobs left are given back "
+        "uncharged (also added to `jobs.execute_many`'s time limits).",
+        positive=True,
+    )
+    RABBITMQ_CONSUMER_TIMEOUT: Setting[float] = Setting(
+        1800.0,
+        "RabbitMQ's consumer_timeout as your server sets it (its redelivery window).",
+        positive=True,
+    )
+    DEFAULT_LEASE_SECONDS: Setting[float] = Setting(
+        30.0, "Lease of a kind that names none.", positive=True
+    )
+    MAX_INPUT_BYTES: Setting[int] = Setting(
+        64 * 1024, "Largest JSON input of one job.", positive=True
+    )
+    MAX_INPUT_DEPTH: Setting[int] = Setting(
+        64,
+        "Deepest nesting of arrays and objects in a job's input (an API body may nest one "
+        "level more); keep it far below Python's recursion limit.",
+        positive=True,
+    )
+    MAX_OBJECT_BYTES: Setting[int] = Setting(
+        10 * 1024 * 1024, "Largest upload to /api/objects/.", positive=True
+    )
+    REAP_INTERVAL: Setting[float] = Setting(
+        5.0, "Seconds between reaper runs (beat).", positive=True
+    )
+    RECONCILE_INTERVAL: Setting[float] = Setting(
+        60.0, "Seconds between reconciler runs (beat).", positive=True
+    )
+    RECONCILE_STALE_AFTER: Setting[float] = Setting(
+        300.0,
+        "Due work with a published message nobody claimed for this long counts as lost.",
+        positive=True,
+    )
+    REDELIVER_INTERVAL: Setting[float] = Setting(
+        2.0,
+        "Seconds between redelivery checks (beat): published due work nobody claimed "
+        "within its delivery deadline is published again (jobs.redeliver).",
+        positive=True,
+    )
+    DELIVERY_DEADLINE_MIN: Setting[float] = Setting(
+        5.0,
+        "Shortest delivery deadline (seconds): an idle system republishes a lost message "
+        "this long after its publish.",
+        positive=True,
+    )
+    DELIVERY_DEADLINE_FACTOR: Setting[float] = Setting(
+        2.0,
+        "The deadline is this many times the backlog's drain time (backlog / completions "
+        "per second), the largest measured since the message was published.",
+        positive=True,
+    )
+    DELIVERY_DEADLINE_MAX: Setting[float] = Setting(
+        300.0,
+        "Longest delivery deadline (seconds), also when the drain time is unknown.",
+        positive=True,
+    )
+    REDELIVER_BATCH: Setting[int] = Setting(
+        500, "Most jobs one redelivery check publishes again.", positive=True
+    )
+    WORKER_HEARTBEAT_INTERVAL: Setting[float] = Setting(
+        15.0, "How often a worker records that it is alive (/ops/).", positive=True
+    )
+    WORKER_DB_PROBE_INTERVAL: Setting[float] = Setting(
+        1.0,
+        "A worker that stopped consuming because the database was unreachable tries a "
+        "fresh connection this often, and consumes again once one answers.",
+        positive=True,
+    )
+    WORKER_NAME: Setting[str] = Setting(
+        "",
+        "The worker's name in leases, /ops/ and logs; empty: the Celery node name "
+        "(`celery@host`, as Flower shows it), or the host name outside a worker.",
+    )
+    PREPARED_STATEMENTS: Setting[bool] = Setting(
+        True,
+        "The per-job statements as server-side prepared statements; turn off behind "
+        "PgBouncer older than 1.22 in transaction mode.",
+    )
+    METRICS_TOKEN: Setting[str] = Setting(
+        "", "Bearer token for Prometheus scrapes of /metrics (empty: staff sessions only)."
+    )
+    THROTTLE_USER: Setting[str] = Setting("1200/min", 'Per-user API rate ("off" disables).')
+    THROTTLE_TENANT: Setting[str] = Setting("6000/min", 'Per-tenant API rate ("off" disables).')
+    API_MAX_WAIT_SECONDS: Setting[float] = Setting(
+        30.0, "Longest `?wait=` long-poll of GET /api/jobs/<id>/.", minimum=0
+    )
+    API_POLL_INTERVAL: Setting[float] = Setting(
+        0.25, "How often a long-poll reads the job again.", positive=True
+    )
 
 
 jobs_settings = JobsSettings()

@@ -10,7 +10,7 @@ from jobs.conf import JobsSettings
 from outbox.conf import OutboxSettings, Setting
 
 
-def parse(spec: Setting, raw: str) -> Any:
+def parse(spec: Setting[Any], raw: str) -> Any:
     """The text of an environment variable as the type of the setting's default."""
     kind = type(spec.default)
     if kind is bool:

@@ -8,23 +8,46 @@ by Django's system checks (`manage.py check`, and at every start-up), naming the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One setting: its default (which also gives its type), what it is for, its range."""
+class Setting[T]:
+    """One setting: its default (whose type is the setting's type, to mypy and to the system
+    check), what it is for, its range.
 
-    default: Any
-    doc: str
-    minimum: float | None = None
-    positive: bool = False
+    Declared on an `AppSettings` class as `NAME: Setting[int] = Setting(5, "...")`; reading
+    `app_settings.NAME` gives `settings.<PREFIX>NAME` or the default, typed `int`. The value
+    read is kept in the instance's `__dict__` (as `functools.cached_property` does), so later
+    reads are plain attribute reads; a test's `override_settings` forgets it.
+    """
 
-    def problem(self, value: Any) -> str | None:
+    def __init__(
+        self, default: T, doc: str, *, minimum: float | None = None, positive: bool = False
+    ) -> None:
+        self.default = default
+        self.doc = doc
+        self.minimum = minimum
+        self.positive = positive
+        self.name = ""
+
+    def __set_name__(self, owner: type[AppSettings], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[AppSettings]) -> Setting[T]: ...
+    @overload
+    def __get__(self, instance: AppSettings, owner: type[AppSettings]) -> T: ...
+    def __get__(self, instance: AppSettings | None, owner: type[AppSettings]) -> Setting[T] | T:
+        if instance is None:
+            return self
+        value: T = getattr(django_settings, instance.prefix + self.name, self.default)
+        instance.__dict__[self.name] = value
+        return value
+
+    def problem(self, value: object) -> str | None:
         """Why `value` is not acceptable, or None."""
         expected = type(self.default)
         if expected is float:
@@ -35,6 +58,8 @@ class Setting:
             ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
         if not ok:
             return f"must be a {_TYPE_NAMES[expected]}, got {type(value).__name__} {value!r}"
+        if not isinstance(value, int | float):
+            return None
         if self.positive and value <= 0:
             return f"must be greater than 0, got {value!r}"
         if self.minimum is not None and value < self.minimum:
@@ -42,7 +67,7 @@ class Setting:
         return None
 
 
-_TYPE_NAMES = {
+_TYPE_NAMES: dict[type, str] = {
     float: "number",
     int: "whole number",
     bool: "boolean",
@@ -52,32 +77,31 @@ _TYPE_NAMES = {
 
 
 class AppSettings:
-    """Attribute access to `<PREFIX><NAME>` settings with declared defaults.
+    """`<PREFIX><NAME>` settings with declared defaults, one typed `Setting` attribute each.
 
-    Values are cached per name and forgotten when a test overrides a setting
-    (`setting_changed`), so reading one on a hot path costs a dict lookup.
+    A value is read from Django's settings on first use and then kept, so reading one on a
+    hot path is an attribute read; a test that overrides a setting (`setting_changed`)
+    makes the next read fetch it again.
     """
 
     prefix: ClassVar[str]
-    declared: ClassVar[dict[str, Setting]]
+    declared: ClassVar[dict[str, Setting[Any]]]  # name -> Setting, in declaration order
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.declared = {n: s for n, s in vars(cls).items() if isinstance(s, Setting)}
 
     def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
         setting_changed.connect(self._on_setting_changed, weak=False)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in self.declared:
+    if not TYPE_CHECKING:  # to mypy a misspelt setting stays an error, not Any
+
+        def __getattr__(self, name: str) -> Any:
             raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
-        try:
-            return self._cache[name]
-        except KeyError:
-            value = getattr(django_settings, self.prefix + name, self.declared[name].default)
-            self._cache[name] = value
-            return value
 
     def _on_setting_changed(self, *, setting: str, **kwargs: Any) -> None:
         if setting.startswith(self.prefix):
-            self._cache.pop(setting[len(self.prefix) :], None)
+            self.__dict__.pop(setting[len(self.prefix) :], None)
 
     def problems(self) -> list[tuple[str, str]]:
         """(setting, problem) for every value of the wrong type or out of range."""
@@ -98,65 +122,55 @@ class AppSettings:
 
 class OutboxSettings(AppSettings):
     prefix = "OUTBOX_"
-    declared = {
-        "CELERY_APP": Setting(
-            "",
-            "Dotted path of the Celery app the outbox publishes through; empty: the current app "
-            "(the one your project's celery.py creates).",
-        ),
-        "FAST_PATH": Setting(True, "Publish a due row right after its transaction commits."),
-        "RELAY_INTERVAL": Setting(1.0, "Seconds between the beat's relay sweeps.", positive=True),
-        "RELAY_BATCH_SIZE": Setting(500, "Rows one relay batch reserves.", positive=True),
-        "BATCH_MAX": Setting(
-            20,
-            "Most rows one broker message carries when a batch rule packs them (1: never pack).",
-            positive=True,
-        ),
-        "LINGER_SECONDS": Setting(
-            0.05,
-            "With company (other threads of the process submitting), the fast path's publisher "
-            "waits at most this long for more rows to pack into one message (0: never waits). "
-            "Alone, a row is published at once.",
-            minimum=0,
-        ),
-        "RESERVATION_SECONDS": Setting(
-            30.0, "How long a reserved row stays off other relays.", positive=True
-        ),
-        "MARK_INTERVAL": Setting(
-            0.25,
-            "The fast path marks what it published in batches this often (0: at once). "
-            "At most a quarter of OUTBOX_RESERVATION_SECONDS.",
-            minimum=0,
-        ),
-        "RETENTION_SECONDS": Setting(
-            7 * 24 * 3600, "Published rows older than this are pruned.", positive=True
-        ),
-        "PUBLISH_BACKOFF_CAP": Setting(
-            60.0, "Cap of the back-off of a row whose publish failed.", positive=True
-        ),
-        "MAINTENANCE_QUEUE": Setting(
-            "jobs.maintenance",
-            "Queue of the beat tasks: relay sweep, pruner, and jobs' reaper and reconciler.",
-        ),
-        "BEAT_SCHEDULE": Setting(
-            True,
-            "Add the maintenance tasks to your Celery app's beat schedule (entries you define "
-            "under the same names win).",
-        ),
-    }
 
-    CELERY_APP: str
-    FAST_PATH: bool
-    RELAY_INTERVAL: float
-    RELAY_BATCH_SIZE: int
-    BATCH_MAX: int
-    LINGER_SECONDS: float
-    RESERVATION_SECONDS: float
-    MARK_INTERVAL: float
-    RETENTION_SECONDS: int
-    PUBLISH_BACKOFF_CAP: float
-    MAINTENANCE_QUEUE: str
-    BEAT_SCHEDULE: bool
+    CELERY_APP: Setting[str] = Setting(
+        "",
+        "Dotted path of the Celery app the outbox publishes through; empty: the current app "
+        "(the one your project's celery.py creates).",
+    )
+    FAST_PATH: Setting[bool] = Setting(
+        True, "Publish a due row right after its transaction commits."
+    )
+    RELAY_INTERVAL: Setting[float] = Setting(
+        1.0, "Seconds between the beat's relay sweeps.", positive=True
+    )
+    RELAY_BATCH_SIZE: Setting[int] = Setting(500, "Rows one relay batch reserves.", positive=True)
+    BATCH_MAX: Setting[int] = Setting(
+        20,
+        "Most rows one broker message carries when a batch rule packs them (1: never pack).",
+        positive=True,
+    )
+    LINGER_SECONDS: Setting[float] = Setting(
+        0.05,
+        "With company (other threads of the process submitting), the fast path's publisher "
+        "waits at most this long for more rows to pack into one message (0: never waits). "
+        "Alone, a row is published at once.",
+        minimum=0,
+    )
+    RESERVATION_SECONDS: Setting[float] = Setting(
+        30.0, "How long a reserved row stays off other relays.", positive=True
+    )
+    MARK_INTERVAL: Setting[float] = Setting(
+        0.25,
+        "The fast path marks what it published in batches this often (0: at once). "
+        "At most a quarter of OUTBOX_RESERVATION_SECONDS.",
+        minimum=0,
+    )
+    RETENTION_SECONDS: Setting[int] = Setting(
+        7 * 24 * 3600, "Published rows older than this are pruned.", positive=True
+    )
+    PUBLISH_BACKOFF_CAP: Setting[float] = Setting(
+        60.0, "Cap of the back-off of a row whose publish failed.", positive=True
+    )
+    MAINTENANCE_QUEUE: Setting[str] = Setting(
+        "jobs.maintenance",
+        "Queue of the beat tasks: relay sweep, pruner, and jobs' reaper and reconciler.",
+    )
+    BEAT_SCHEDULE: Setting[bool] = Setting(
+        True,
+        "Add the maintenance tasks to your Celery app's beat schedule (entries you define "
+        "under the same names win).",
+    )
 
 
 outbox_settings = OutboxSettings()

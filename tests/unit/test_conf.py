@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
+from django.test import override_settings
 
 from jobs.conf import JobsSettings, jobs_settings
 from jobsite.envsettings import library_settings_from_env
@@ -21,6 +22,15 @@ def test_every_setting__has_a_default_of_its_annotated_type() -> None:
             assert spec.problem(spec.default) is None, f"{cls.prefix}{name}"
 
 
+def test_every_setting__is_typed_as_its_default_is_checked() -> None:
+    for cls in (JobsSettings, OutboxSettings):
+        hints = get_type_hints(cls)
+        for name, spec in cls.declared.items():
+            kind = type(spec.default)
+            assert get_origin(hints[name]) is Setting, f"{cls.prefix}{name}"
+            assert get_args(hints[name]) == (list[str] if kind is list else kind,), name
+
+
 def test_setting_not_set__reads_its_default(settings: Any) -> None:
     del settings.OUTBOX_RETENTION_SECONDS
 
@@ -32,6 +42,13 @@ def test_setting_overridden__is_read_at_once(settings: Any) -> None:
     settings.JOBS_QUEUE = "reports"
 
     assert jobs_settings.QUEUE == "reports"
+
+
+def test_override_settings__is_read_inside_and_forgotten_after() -> None:
+    assert outbox_settings.BATCH_MAX == 20
+    with override_settings(OUTBOX_BATCH_MAX=3):
+        assert outbox_settings.BATCH_MAX == 3
+    assert outbox_settings.BATCH_MAX == 20
 
 
 def test_unknown_name__is_an_attribute_error() -> None:
