@@ -35,6 +35,7 @@ from outbox.services import (
 
 from . import prepared, registry
 from .conf import jobs_settings
+from .events import job_event_record
 from .leases import Lease
 from .models import Job
 from .states import ACTIVE, CLAIMABLE, JobState
@@ -112,6 +113,14 @@ def job_enqueue_execute(
 ) -> None:
     """The one way work reaches a worker: an outbox row in the caller's transaction."""
     outbox_save(job_execute_message(job, available_at=available_at, fast_path=fast_path))
+
+
+def job_republish(job: Job, *, reason: str, actor: str, fast_path: bool | None = None) -> None:
+    """A new message for a waiting job whose message is lost or late, and the event that says
+    who sent it and why (its state does not change). The caller holds the job's row lock and
+    has checked that the job still needs it; a message too many is absorbed by the claim."""
+    job_enqueue_execute(job, fast_path=fast_path)
+    job_event_record(job, from_state=job.state, to_state=job.state, reason=reason, actor=actor)
 
 
 def send_again(job_ids: Sequence[UUID]) -> None:

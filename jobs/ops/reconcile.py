@@ -16,7 +16,7 @@ its backstop, with a fixed, patient threshold. Lost work is a job that is:
 Repair (`reconcile_repair_lost`), one transaction per batch:
   1. Lock the candidate rows (SKIP LOCKED) and re-check every condition under the lock; a
      worker claiming one meanwhile wins and we skip it.
-  2. Insert an outbox row per job (jobs.services.job_enqueue_execute, no fast path) and a
+  2. Insert an outbox row per job (jobs.dispatch.job_republish, no fast path) and a
      JobEvent naming the reconciler; commit. A crash before the commit changes nothing.
   3. Publish the new rows in relay batches (outbox_relay_until_empty). A crash before that
      leaves committed rows the relay publishes. A duplicate message is absorbed by the claim.
@@ -36,8 +36,8 @@ from django.utils import timezone
 
 from jobs import registry
 from jobs.conf import jobs_settings
+from jobs.dispatch import job_republish
 from jobs.models import Job
-from jobs.services import job_enqueue_execute, job_event_record
 from jobs.signals import INCOMPATIBLE_DEPLOYMENT, signal_values
 from jobs.states import ACTIVE, CLAIMABLE, JobState
 from outbox.models import OutboxEntry
@@ -124,13 +124,11 @@ def _repair_batch(job_ids: list[UUID], *, stale_after: float) -> list[str]:
         for job in locked:
             if blocked_by_caps(job):
                 continue
-            job_enqueue_execute(job, fast_path=False)
-            job_event_record(
+            job_republish(
                 job,
-                from_state=job.state,
-                to_state=job.state,
                 reason="reconciler: message lost by the broker; re-enqueued",
                 actor=RECONCILER,
+                fast_path=False,
             )
             repaired.append(str(job.pk))
     return repaired

@@ -23,7 +23,7 @@ Protocol of `redeliver_run` (one transaction):
   3. Find due jobs whose newest outbox row was published more than D ago (oldest first, at
      most a bounded scan), the claim's rules applied (head of key, caps); lock them
      (SKIP LOCKED) and keep those whose newest row is still the one we judged.
-  4. Insert an outbox row per job (jobs.dispatch.job_enqueue_execute, fast path) and a
+  4. Insert an outbox row per job (jobs.dispatch.job_republish, fast path) and a
      JobEvent; commit. A crash before the commit changes nothing; after it, the rows are
      published right away, or by the relay if this process dies first.
 A duplicate message is absorbed by the claim (invariant 5): redelivery only costs a message.
@@ -44,8 +44,7 @@ from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
 from jobs.conf import jobs_settings
-from jobs.dispatch import job_enqueue_execute
-from jobs.events import job_event_record
+from jobs.dispatch import job_republish
 from jobs.models import DrainSample, Job
 from jobs.signals import REDELIVERED, signal_increment
 from jobs.states import CLAIMABLE, JobState
@@ -113,7 +112,7 @@ def drain_wait(*, backlog: int, rate: float, busy: bool) -> float:
 def delivery_deadline(*, wait: float, republished: int, rule: DeadlineRule) -> float:
     """Seconds after its publish a message counts as lost (module docstring)."""
     base = min(rule.maximum, max(rule.minimum, rule.factor * wait))
-    return min(rule.maximum, base * 2 ** min(republished, 32))
+    return min(rule.maximum, base * 2.0 ** min(republished, 32))
 
 
 class DrainHistory:
@@ -308,13 +307,11 @@ def _republish(jobs: list[Job]) -> list[str]:
         for job in locked:
             if job.entry_id != judged[job.pk]:
                 continue  # a worker or another run sent a message meanwhile
-            job_enqueue_execute(job, fast_path=True)
-            job_event_record(
+            job_republish(
                 job,
-                from_state=job.state,
-                to_state=job.state,
                 reason="redeliverer: no claim within the delivery deadline; published again",
                 actor=REDELIVERER,
+                fast_path=True,
             )
             done.append(str(job.pk))
     return done
