@@ -1,8 +1,9 @@
 """Slow links: the backlog drain with every connection 1 ms away each way (issue 25, item 6).
 
 The drain of bench/backlog.py (N jobs queued with the workers down, then drained; durable
-against raw Celery, the same prefork worker, concurrency, prefetch 1 and acks_late), run over
-three links, all contenders and links interleaved in one run, order rotated each round:
+against raw Celery, the same prefork worker, concurrency, prefetch 1 and acks_late), run at
+each of CONCURRENCIES over three links (the direct one at the first concurrency only), all
+contenders and links interleaved in one run, order rotated each round:
 
   - `direct`: no proxy (the backlog scenario's setting, for context);
   - `proxy0`: every connection through a FaultProxy (tests/network/proxy.py) with no delay;
@@ -56,7 +57,10 @@ from tests.network.proxy import FaultProxy
 
 DELAY_MS = 1.0
 JOBS = 3_000  # per drain: raw Celery's rounds under latency take the longest (~30 s)
-CONCURRENCY = 2
+# Concurrency 2 is the backlog scenario's; 4 is what a worker host across a slow link runs
+# (processes waiting on round trips, not on the CPU). Each has its own targets; the direct
+# link (context only) is run at the first.
+CONCURRENCIES = (2, 4)
 LINKS = ("direct", "proxy0", "proxy1")
 CONTENDERS = ("durable", "raw_celery")
 LABEL_CHARS = 72
@@ -382,21 +386,26 @@ def _ratios(rounds: dict[str, list[LinkRound]], a: str, b: str) -> float:
     )
 
 
-def _order(r: int) -> Iterator[tuple[str, str]]:
-    pairs = [(contender, link) for link in LINKS for contender in CONTENDERS]
+def _order(r: int, links: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    pairs = [(contender, link) for link in links for contender in CONTENDERS]
     shift = r % len(pairs)
     yield from pairs[shift:] + pairs[:shift]
 
 
+def _links_at(c: int) -> tuple[str, ...]:
+    return LINKS if c == CONCURRENCIES[0] else tuple(x for x in LINKS if x != "direct")
+
+
 def scenario_slowlink(b: Bench) -> dict[str, Any]:
-    """Durable and raw Celery drains over direct, proxy0 and proxy1 links, interleaved."""
+    """Durable and raw Celery drains over direct, proxy0 and proxy1 links at each of
+    CONCURRENCIES, interleaved: every round runs each concurrency's pairs, order rotated."""
     from outbox.conf import outbox_settings
 
     db = db_name("backlog")
     ensure_database(db)
     use_target(db, b.broker(4))
     owner = bench_owner()
-    n, c = min(JOBS, b.backlog), CONCURRENCY
+    n = min(JOBS, b.backlog)
     links = {
         "direct": None,
         "proxy0": Link("proxy0", b.redis.port, 0.0),
@@ -404,43 +413,60 @@ def scenario_slowlink(b: Bench) -> dict[str, Any]:
     }
     out: dict[str, Any] = {
         "jobs": n,
-        "concurrency": c,
+        "concurrencies": list(CONCURRENCIES),
         "delay_ms": DELAY_MS,
         "rounds": b.rounds,
         "batch_max": outbox_settings.BATCH_MAX,
+    }
+    rounds: dict[int, dict[str, list[LinkRound]]] = {
+        c: {f"{k}_{x}": [] for k in CONTENDERS for x in _links_at(c)} for c in CONCURRENCIES
     }
     try:
         out["round_trip_ms"] = {
             name: round_trip_ms(link, b.redis.port, db) for name, link in links.items()
         }
         log(f"  slowlink: measured round trips {out['round_trip_ms']}")
-        rounds: dict[str, list[LinkRound]] = {f"{k}_{x}": [] for k in CONTENDERS for x in LINKS}
         for r in range(b.rounds):
-            for contender, name in _order(r):
-                result = _one(b, links[name], contender, db, owner, n, c)
-                rounds[f"{contender}_{name}"].append(result)
-                extra = (
-                    f"  round trips/job PG {result.pg_up / n:.3f} Redis {result.redis_up / n:.3f}"
-                    if name != "direct"
-                    else ""
-                )
-                log(
-                    f"    {contender:10s} {name:6s} drain {result.drain.jobs_per_s:8.1f} jobs/s"
-                    f"  submit {n / result.drain.submit_s:8.1f}/s{extra}"
-                )
+            for c in CONCURRENCIES:
+                for contender, name in _order(r, _links_at(c)):
+                    result = _one(b, links[name], contender, db, owner, n, c)
+                    rounds[c][f"{contender}_{name}"].append(result)
+                    extra = (
+                        f"  round trips/job PG {result.pg_up / n:.3f}"
+                        f" Redis {result.redis_up / n:.3f}"
+                        if name != "direct"
+                        else ""
+                    )
+                    log(
+                        f"    c={c} {contender:10s} {name:6s} drain "
+                        f"{result.drain.jobs_per_s:8.1f} jobs/s"
+                        f"  submit {n / result.drain.submit_s:8.1f}/s{extra}"
+                    )
     finally:
         point_driver((PG_HOST, PG_PORT))
         use_target(db_name("main"), b.broker())
         for link in links.values():
             if link is not None:
                 link.close()
-    out["by_link"] = {key: _summary(rs) for key, rs in rounds.items()}
-    out["ratios"] = {
-        "durable_slow_vs_raw_slow": _ratios(rounds, "durable_proxy1", "raw_celery_proxy1"),
-        "durable_slow_vs_durable_proxy0": _ratios(rounds, "durable_proxy1", "durable_proxy0"),
-        "raw_slow_vs_raw_proxy0": _ratios(rounds, "raw_celery_proxy1", "raw_celery_proxy0"),
-        "durable_proxy0_vs_raw_proxy0": _ratios(rounds, "durable_proxy0", "raw_celery_proxy0"),
-        "durable_proxy0_vs_direct": _ratios(rounds, "durable_proxy0", "durable_direct"),
-        "raw_proxy0_vs_direct": _ratios(rounds, "raw_celery_proxy0", "raw_celery_direct"),
-    }
+    out["runs"] = {str(c): _run_summary(rs) for c, rs in rounds.items()}
     return out
+
+
+def _run_summary(rounds: dict[str, list[LinkRound]]) -> dict[str, Any]:
+    """One concurrency's rows and ratios (a ratio of a pair not run is left out)."""
+    pairs = {
+        "durable_slow_vs_raw_slow": ("durable_proxy1", "raw_celery_proxy1"),
+        "durable_slow_vs_durable_proxy0": ("durable_proxy1", "durable_proxy0"),
+        "raw_slow_vs_raw_proxy0": ("raw_celery_proxy1", "raw_celery_proxy0"),
+        "durable_proxy0_vs_raw_proxy0": ("durable_proxy0", "raw_celery_proxy0"),
+        "durable_proxy0_vs_direct": ("durable_proxy0", "durable_direct"),
+        "raw_proxy0_vs_direct": ("raw_celery_proxy0", "raw_celery_direct"),
+    }
+    return {
+        "by_link": {key: _summary(rs) for key, rs in rounds.items()},
+        "ratios": {
+            name: _ratios(rounds, a, b)
+            for name, (a, b) in pairs.items()
+            if a in rounds and b in rounds
+        },
+    }

@@ -28,35 +28,47 @@ def _f(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def runs(slow: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each concurrency's rows and ratios (a result of before the concurrencies: its one)."""
+    if "runs" in slow:
+        return slow["runs"]
+    return {str(slow["concurrency"]): {"by_link": slow["by_link"], "ratios": slow["ratios"]}}
+
+
 def targets(slow: dict[str, Any]) -> list[dict[str, Any]]:
-    ratios, c, ms = slow["ratios"], slow["concurrency"], slow["delay_ms"]
-    vs_raw, vs_own = ratios["durable_slow_vs_raw_slow"], ratios["durable_slow_vs_durable_proxy0"]
-    return [
-        {
-            "name": f"{TARGET_PREFIX} durable drain >= {TARGET_SLOW_VS_RAW:.0f}x raw Celery, "
-            f"both {ms:g} ms each way (c={c})",
-            "value": f"{vs_raw:.2f}x",
-            "ok": vs_raw >= TARGET_SLOW_VS_RAW,
-        },
-        {
-            "name": f"{TARGET_PREFIX} durable drain at {ms:g} ms each way >= "
-            f"{TARGET_SLOW_VS_OWN}x its own through the proxies at 0 ms (c={c})",
-            "value": f"{vs_own:.2f}x",
-            "ok": vs_own >= TARGET_SLOW_VS_OWN,
-        },
-    ]
+    ms, out = slow["delay_ms"], []
+    for c, run in runs(slow).items():
+        ratios = run["ratios"]
+        vs_raw = ratios["durable_slow_vs_raw_slow"]
+        vs_own = ratios["durable_slow_vs_durable_proxy0"]
+        out += [
+            {
+                "name": f"{TARGET_PREFIX} durable drain >= {TARGET_SLOW_VS_RAW:.0f}x raw Celery, "
+                f"both {ms:g} ms each way (c={c})",
+                "value": f"{vs_raw:.2f}x",
+                "ok": vs_raw >= TARGET_SLOW_VS_RAW,
+            },
+            {
+                "name": f"{TARGET_PREFIX} durable drain at {ms:g} ms each way >= "
+                f"{TARGET_SLOW_VS_OWN}x its own through the proxies at 0 ms (c={c})",
+                "value": f"{vs_own:.2f}x",
+                "ok": vs_own >= TARGET_SLOW_VS_OWN,
+            },
+        ]
+    return out
 
 
-def _breakdown(slow: dict[str, Any], key: str, kind: str) -> list[str]:
-    rows = slow["by_link"][key].get(f"{kind}_by_label") or []
+def _breakdown(run: dict[str, Any], key: str, kind: str) -> list[str]:
+    rows = run["by_link"][key].get(f"{kind}_by_label") or []
     # per message: the numbers a reader can add up; the long tail (start-up, idle polls) cut
-    k = slow["by_link"][key]["jobs_per_message"]
+    k = run["by_link"][key]["jobs_per_message"]
     return [f"  - {per_job * k:.2f}: `{label}`" for label, per_job in rows if per_job * k >= 0.01]
 
 
 def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]:
     """The section; with `meta` (a run of this scenario alone) it says which run it was."""
-    r, rtt = slow["ratios"], slow["round_trip_ms"]
+    rtt, all_runs = slow["round_trip_ms"], runs(slow)
+    cs = list(all_runs)
     lines = [
         BEGIN,
         "### 9. Slow links: the backlog drain 1 ms away (`bench/slowlink.py`)",
@@ -71,9 +83,10 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         ]
     lines += [
         f"The drain of section 8 ({slow['jobs']:,} no-op jobs queued, then one worker of "
-        f"concurrency {slow['concurrency']} started; durable with `submit_many` and messages of "
-        f"up to {slow['batch_max']} jobs, raw Celery one message per task) over three links, "
-        f"all six contender x link pairs taking turns, {slow['rounds']} rounds, order rotated. "
+        f"concurrency {' or '.join(cs)} started; durable with `submit_many` and messages of "
+        f"up to {slow['batch_max']} jobs, raw Celery one message per task) over three links "
+        f"(the direct one at c={cs[0]} only, for context), every contender x link pair of "
+        f"each concurrency taking turns, {slow['rounds']} rounds, order rotated. "
         "Behind the proxies, the driver (submits, fast-path publishes) and the worker are "
         "two hosts, each with its own FaultProxy (`tests/network/proxy.py`) to PostgreSQL and "
         "to Redis; every connection of the contender's processes goes through them (the "
@@ -94,62 +107,104 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         "(durable): per pool process, the median time from a message's claim to its group "
         "commit, and from the previous message's commit to this claim.",
         "",
-        "| link | contender | jobs/s (drain) | worker PG round trips/job | worker Redis round "
-        "trips/job | submit PG / Redis round trips/job | commits/job | jobs/message | worker "
-        "CPU ms/job | proxy CPU ms/job | message busy / gap ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| c | link | contender | jobs/s (drain) | worker PG round trips/job | worker Redis "
+        "round trips/job | submit PG / Redis round trips/job | commits/job | jobs/message | "
+        "worker CPU ms/job | proxy CPU ms/job | message busy / gap ms |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for link in ("direct", "proxy0", "proxy1"):
-        for contender, name in (("durable", "durable"), ("raw_celery", "raw Celery")):
-            row = slow["by_link"][f"{contender}_{link}"]
-            submit = cycle = ""
-            if "message_busy_ms" in row:
-                cycle = f"{row['message_busy_ms']:.1f} / {row['message_gap_ms']:.1f}"
-            if "submit_pg_round_trips_per_job" in row:
-                submit = (
-                    f"{row['submit_pg_round_trips_per_job']:.3f} / "
-                    f"{row['submit_redis_round_trips_per_job']:.3f}"
-                )
+    for c, run in all_runs.items():
+        for link in ("direct", "proxy0", "proxy1"):
+            for contender, name in (("durable", "durable"), ("raw_celery", "raw Celery")):
+                row = run["by_link"].get(f"{contender}_{link}")
+                if row is not None:
+                    lines.append(f"| {c} | {LABELS[link]} | {name} | {_row(row)}")
+    lines += ["", "Ratios (medians of per-round ratios):", ""]
+    for c, run in all_runs.items():
+        r = run["ratios"]
+        lines += [
+            f"- c={c}: durable / raw Celery, both 1 ms each way: "
+            f"**{r['durable_slow_vs_raw_slow']:.2f}x** (through the proxies at 0 ms: "
+            f"{r['durable_proxy0_vs_raw_proxy0']:.2f}x); durable at 1 ms / at 0 ms: "
+            f"**{r['durable_slow_vs_durable_proxy0']:.2f}x**; raw Celery at 1 ms / at 0 ms: "
+            f"{r['raw_slow_vs_raw_proxy0']:.2f}x",
+        ]
+        if "durable_proxy0_vs_direct" in r:
             lines.append(
-                f"| {LABELS[link]} | {name} | {_f(row['jobs_per_s'])} | "
-                f"{_f(row.get('pg_round_trips_per_job'), 3)} | "
-                f"{_f(row.get('redis_round_trips_per_job'), 3)} | {submit} | "
-                f"{_f(row.get('db_commits_per_job'), 3)} | {_f(row['jobs_per_message'])} | "
-                f"{_f(row['worker_cpu_ms_per_job'], 2)} | "
-                f"{_f(row.get('proxy_cpu_ms_per_job'), 3)} | {cycle} |"
+                f"- c={c}: the proxies themselves (0 ms / direct): durable "
+                f"{r['durable_proxy0_vs_direct']:.2f}x, raw Celery {r['raw_proxy0_vs_direct']:.2f}x"
             )
     lines += [
         "",
-        "Ratios (medians of per-round ratios):",
-        "",
-        f"- durable / raw Celery, both 1 ms each way: **{r['durable_slow_vs_raw_slow']:.2f}x**"
-        f" (through the proxies at 0 ms: {r['durable_proxy0_vs_raw_proxy0']:.2f}x)",
-        f"- durable at 1 ms / durable at 0 ms: **{r['durable_slow_vs_durable_proxy0']:.2f}x**"
-        f"; raw Celery at 1 ms / at 0 ms: {r['raw_slow_vs_raw_proxy0']:.2f}x",
-        f"- the proxies themselves (0 ms / direct): durable {r['durable_proxy0_vs_direct']:.2f}x,"
-        f" raw Celery {r['raw_proxy0_vs_direct']:.2f}x",
-        "",
         "Per-round drain throughput (jobs/s): "
-        + "; ".join(f"{key} {row['rounds']}" for key, row in slow["by_link"].items()),
+        + "; ".join(
+            f"c={c} {key} {row['rounds']}"
+            for c, run in all_runs.items()
+            for key, row in run["by_link"].items()
+        ),
         "",
         "Where the worker's round trips go at 1 ms (per message, the most frequent first, "
         "those under 0.01 left out; a PostgreSQL chunk is named by the statement it carries, "
         "a Redis chunk by its commands; `(other)`: a chunk that starts inside a command, the "
-        "rest of a write that reached the proxy in two reads):",
+        f"rest of a write that reached the proxy in two reads), at c={cs[0]}:",
         "",
     ]
+    first = all_runs[cs[0]]
     for key, name in (("durable_proxy1", "durable"), ("raw_celery_proxy1", "raw Celery")):
         for kind, what in (("pg", "PostgreSQL"), ("redis", "Redis")):
-            rows = _breakdown(slow, key, kind)
+            rows = _breakdown(first, key, kind)
             if rows:
                 lines += [f"- {name}, {what}:", *rows]
-    lines += ["", *_findings(slow), "", END, ""]
+    lines += ["", *_findings(slow, cs[0], first), *_concurrency(all_runs), "", END, ""]
     return lines
 
 
-def _findings(slow: dict[str, Any]) -> list[str]:
-    """Where the durable drain's time goes at 1 ms, from this run's numbers."""
-    by, r = slow["by_link"], slow["ratios"]
+def _row(row: dict[str, Any]) -> str:
+    submit = cycle = ""
+    if "message_busy_ms" in row:
+        cycle = f"{row['message_busy_ms']:.1f} / {row['message_gap_ms']:.1f}"
+    if "submit_pg_round_trips_per_job" in row:
+        submit = (
+            f"{row['submit_pg_round_trips_per_job']:.3f} / "
+            f"{row['submit_redis_round_trips_per_job']:.3f}"
+        )
+    return (
+        f"{_f(row['jobs_per_s'])} | {_f(row.get('pg_round_trips_per_job'), 3)} | "
+        f"{_f(row.get('redis_round_trips_per_job'), 3)} | {submit} | "
+        f"{_f(row.get('db_commits_per_job'), 3)} | {_f(row['jobs_per_message'])} | "
+        f"{_f(row['worker_cpu_ms_per_job'], 2)} | "
+        f"{_f(row.get('proxy_cpu_ms_per_job'), 3)} | {cycle} |"
+    )
+
+
+def _concurrency(all_runs: dict[str, dict[str, Any]]) -> list[str]:
+    """What more pool processes do to the latency (when more than one concurrency ran)."""
+    if len(all_runs) < 2:
+        return []
+    items = list(all_runs.items())
+    (c0, lo), (c1, hi) = items[0], items[-1]
+    lo_by, hi_by = lo["by_link"], hi["by_link"]
+    own0, own1 = (x["ratios"]["durable_slow_vs_durable_proxy0"] for x in (lo, hi))
+    return [
+        "",
+        f"**{'More processes hide' if own1 > own0 else 'More processes did not hide'} the "
+        f"latency.** At c={c1} a message's round trips still "
+        f"cost each pool process the same serial wait, but {c1} processes wait at once: at "
+        f"0 ms the durable drain ran {_f(hi_by['durable_proxy0']['jobs_per_s'])} jobs/s "
+        f"(c={c0}: {_f(lo_by['durable_proxy0']['jobs_per_s'])}; the worker, PostgreSQL, Redis "
+        "and the proxies share 2 cores), at 1 ms "
+        f"{_f(hi_by['durable_proxy1']['jobs_per_s'])} (c={c0}: "
+        f"{_f(lo_by['durable_proxy1']['jobs_per_s'])}): {own1:.2f}x of its own 0 ms rate "
+        f"against {own0:.2f}x at c={c0}. Raw Celery gains the same way "
+        f"({_f(hi_by['raw_celery_proxy1']['jobs_per_s'])} jobs/s at 1 ms, c={c0}: "
+        f"{_f(lo_by['raw_celery_proxy1']['jobs_per_s'])}), but its 3 round trips a task "
+        "keep it far behind. A worker host across a slow link should run more processes "
+        'than cores (docs/operations.md, "Slow links").',
+    ]
+
+
+def _findings(slow: dict[str, Any], c: str, run: dict[str, Any]) -> list[str]:
+    """Where the durable drain's time goes at 1 ms at concurrency `c`, from this run's numbers."""
+    by, r = run["by_link"], run["ratios"]
     d0, d1, z1 = by["durable_proxy0"], by["durable_proxy1"], by["raw_celery_proxy1"]
     k = d1["jobs_per_message"]
     pg, rd = d1["pg_round_trips_per_job"] * k, d1["redis_round_trips_per_job"] * k
@@ -160,7 +215,7 @@ def _findings(slow: dict[str, Any]) -> list[str]:
     verdict = "meets" if r["durable_slow_vs_durable_proxy0"] >= TARGET_SLOW_VS_OWN else "misses"
     allowed = cycle0 / TARGET_SLOW_VS_OWN - cycle0  # ms a message may gain at the target
     return [
-        "**Where the time goes.** "
+        f"**Where the time goes (c={c}).** "
         f"Raw Celery makes {z1['redis_round_trips_per_job']:.1f} Redis round trips per task "
         "(`BRPOP`, kombu's unacked store, the ack), each on the critical path of one task: "
         f"under latency it falls to {r['raw_slow_vs_raw_proxy0']:.2f}x. A durable message "
