@@ -184,17 +184,18 @@ def site(
         fault_proxy(RABBITMQ, host=amqp_address) as amqp_proxy,
         fault_proxy(database, host=pg_address) as pg_proxy,
     ):
-        common = {"workdir": workdir, "media_root": workdir / "media"}
         cut = HostHarness(
             broker_url=f"amqp://guest:guest@{amqp_address}:{amqp_proxy.port}/{vhost}",
             database_url=f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
-            **common,
+            workdir=workdir,
+            media_root=workdir / "media",
         )
         cut.host = network.host()
         root = Harness(
             broker_url=local_url,
             database_url=f"postgres://postgres@{database[0]}:{database[1]}/{db['NAME']}",
-            **common,
+            workdir=workdir,
+            media_root=workdir / "media",
         )
         try:
             yield Site(cut.host, cut, root, tmp_path, vhost)
