@@ -65,10 +65,13 @@ test-fast: setup
 	@bash scripts/ensure-pgbouncer.sh >/dev/null
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not chaos" $(PYTEST_ARGS)
 
+# Models and migrations agree: a model change without its migration fails here (the migration
+# history check against the database only warns when the database is not there yet).
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/python manage.py makemigrations --check --dry-run
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .
