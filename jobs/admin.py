@@ -16,8 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
-from django.forms.models import BaseInlineFormSet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -25,6 +24,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from outbox.generics import BaseInlineFormSet, ModelAdmin, TabularInline
 from outbox.paginator import EstimatedCountPaginator
 
 from . import quarantine, registry
@@ -44,7 +44,7 @@ from .models import (
 from .states import ACTIVE, JobState
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin[M: Model](ModelAdmin[M]):
     """Every field read-only, no add, no delete: rows change only through services."""
 
     show_full_result_count = False
@@ -64,7 +64,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 INLINE_ROWS = 50
 
 
-class CappedInlineFormSet(BaseInlineFormSet):
+class CappedInlineFormSet[M: Model](BaseInlineFormSet[M, Job]):
     """The newest INLINE_ROWS rows of one job, with their total and a link to all of them."""
 
     changelist = ""  # admin URL name of the full list, searched by job id
@@ -89,7 +89,7 @@ class CappedInlineFormSet(BaseInlineFormSet):
         return f"{reverse(self.changelist)}?q={self.instance.pk}"
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline[M: Model](TabularInline[M, Job]):
     extra = 0
     max_num = 0
     can_delete = False
@@ -106,11 +106,11 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
-class JobEventFormSet(CappedInlineFormSet):
+class JobEventFormSet(CappedInlineFormSet[JobEvent]):
     changelist = "admin:jobs_jobevent_changelist"
 
 
-class JobEventInline(ReadOnlyInline):
+class JobEventInline(ReadOnlyInline[JobEvent]):
     model = JobEvent
     formset = JobEventFormSet
     fields = ("at", "from_state", "to_state", "generation", "attempt", "worker", "actor", "reason")
@@ -119,11 +119,11 @@ class JobEventInline(ReadOnlyInline):
     show_change_link = False
 
 
-class EffectLedgerFormSet(CappedInlineFormSet):
+class EffectLedgerFormSet(CappedInlineFormSet[EffectLedgerEntry]):
     changelist = "admin:jobs_effectledgerentry_changelist"
 
 
-class EffectLedgerInline(ReadOnlyInline):
+class EffectLedgerInline(ReadOnlyInline[EffectLedgerEntry]):
     """Which external effects applied, with which key: a redrive will not repeat them."""
 
     model = EffectLedgerEntry
@@ -145,11 +145,11 @@ class EffectLedgerInline(ReadOnlyInline):
     ordering = ("-id",)
 
 
-class QuarantineFormSet(CappedInlineFormSet):
+class QuarantineFormSet(CappedInlineFormSet[QuarantineRecord]):
     changelist = "admin:jobs_quarantinerecord_changelist"
 
 
-class QuarantineInline(ReadOnlyInline):
+class QuarantineInline(ReadOnlyInline[QuarantineRecord]):
     model = QuarantineRecord
     fk_name = "job"
     formset = QuarantineFormSet
@@ -172,7 +172,9 @@ class ToStateFilter(admin.SimpleListFilter):
     title = "to state"
     parameter_name = "to_state"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: ModelAdmin[JobEvent]
+    ) -> list[tuple[str, str]]:
         return [(state.value, state.label) for state in JobState]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -185,7 +187,7 @@ class KindFilter(admin.SimpleListFilter):
     title = "kind"
     parameter_name = "kind"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Job]) -> list[tuple[str, str]]:
         return [(kind, kind) for kind in sorted(registry.kinds())]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -198,7 +200,7 @@ def _job_link(job_id: Any) -> str:
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(ReadOnlyAdmin[Job]):
     list_display = (
         "id",
         "kind",
@@ -248,7 +250,7 @@ class JobAdmin(ReadOnlyAdmin):
 
 
 @admin.register(JobEvent)
-class JobEventAdmin(ReadOnlyAdmin):
+class JobEventAdmin(ReadOnlyAdmin[JobEvent]):
     list_display = (
         "at",
         "job_link",
@@ -271,7 +273,7 @@ class JobEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(EffectLedgerEntry)
-class EffectLedgerEntryAdmin(ReadOnlyAdmin):
+class EffectLedgerEntryAdmin(ReadOnlyAdmin[EffectLedgerEntry]):
     list_display = (
         "idempotency_key",
         "job_link",
@@ -330,7 +332,7 @@ class QuarantineActionForm(ActionForm):
 
 
 @admin.register(QuarantineRecord)
-class QuarantineRecordAdmin(ReadOnlyAdmin):
+class QuarantineRecordAdmin(ReadOnlyAdmin[QuarantineRecord]):
     list_display = (
         "id",
         "job_link",
@@ -489,26 +491,26 @@ class QuarantineRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ModelAdmin[Tenant]):
     list_display = ("name", "created_at")
     search_fields = ("name",)
     filter_horizontal = ("members",)
 
 
 @admin.register(StoredObject)
-class StoredObjectAdmin(ReadOnlyAdmin):
+class StoredObjectAdmin(ReadOnlyAdmin[StoredObject]):
     list_display = ("id", "storage_name", "size", "content_type", "owner", "tenant", "created_at")
     list_select_related = ("owner", "tenant")
     ordering = ("-created_at",)
 
 
 @admin.register(Signal)
-class SignalAdmin(ReadOnlyAdmin):
+class SignalAdmin(ReadOnlyAdmin[Signal]):
     list_display = ("name", "label", "value", "updated_at")
     ordering = ("name", "label")
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+class WorkerHeartbeatAdmin(ReadOnlyAdmin[WorkerHeartbeat]):
     list_display = ("name", "hostname", "pid", "started_at", "seen_at")
     ordering = ("-seen_at",)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from .generics import ModelAdmin
 from .models import OutboxEntry
 from .paginator import EstimatedCountPaginator
 from .transport import celery_app
@@ -15,10 +17,14 @@ class PublishedFilter(admin.SimpleListFilter):
     title = "published"
     parameter_name = "published"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: ModelAdmin[OutboxEntry]
+    ) -> list[tuple[str, str]]:
         return [("no", "not yet"), ("yes", "published"), ("failing", "last publish failed")]
 
-    def queryset(self, request: HttpRequest, queryset):  # type: ignore[no-untyped-def]
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[OutboxEntry]
+    ) -> QuerySet[OutboxEntry]:
         if self.value() == "no":
             return queryset.filter(published_at__isnull=True)
         if self.value() == "yes":
@@ -34,16 +40,20 @@ class TaskNameFilter(admin.SimpleListFilter):
     title = "task"
     parameter_name = "task_name"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: ModelAdmin[OutboxEntry]
+    ) -> list[tuple[str, str]]:
         names = sorted(n for n in celery_app().tasks if not n.startswith("celery."))
         return [(name, name) for name in names]
 
-    def queryset(self, request: HttpRequest, queryset):  # type: ignore[no-untyped-def]
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[OutboxEntry]
+    ) -> QuerySet[OutboxEntry]:
         return queryset.filter(task_name=self.value()) if self.value() else queryset
 
 
 @admin.register(OutboxEntry)
-class OutboxEntryAdmin(admin.ModelAdmin):
+class OutboxEntryAdmin(ModelAdmin[OutboxEntry]):
     list_display = (
         "id",
         "task_name",

@@ -23,7 +23,6 @@ from typing import Any
 
 from kombu import Connection
 from kombu.transport import redis as kombu_redis
-from kombu.transport import resolve_transport
 
 
 class Channel(kombu_redis.Channel):
@@ -49,6 +48,6 @@ def with_kept_client(connection: Connection) -> Connection:
     `redis://` URL; otherwise `connection` unchanged."""
     if connection.transport_cls != "redis":
         return connection
-    if resolve_transport(connection.transport_cls) is not kombu_redis.Transport:
+    if connection.get_transport_cls() is not kombu_redis.Transport:
         return connection
     return connection.clone(transport=Transport)

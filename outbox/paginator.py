@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import Any
 
-from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import Model, QuerySet
+
+from .generics import Paginator
 
 EXACT_BELOW = 10_000
 
@@ -20,7 +21,7 @@ def _table_estimate(table: str) -> int:
     return max(int(row[0]) if row else 0, 0)
 
 
-def _plan_estimate(queryset: Any) -> int:
+def _plan_estimate(queryset: QuerySet[Model]) -> int:
     """Rows the planner expects for a filtered queryset (EXPLAIN, no execution)."""
     sql, params = queryset.order_by().query.sql_with_params()
     with connection.cursor() as cursor:
@@ -31,7 +32,7 @@ def _plan_estimate(queryset: Any) -> int:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator[M: Model](Paginator[M]):
     """Exact counts while small; past EXACT_BELOW rows, the planner's estimate.
 
     Unfiltered: pg_class.reltuples. Filtered: a bounded count (LIMIT EXACT_BELOW+1) and, when
@@ -40,8 +41,8 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        queryset: Any = self.object_list
-        if not hasattr(queryset, "query"):
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
             return len(queryset)
         if not queryset.query.where:
             estimate = _table_estimate(queryset.model._meta.db_table)

@@ -35,7 +35,7 @@ def client_status(job: Job) -> ClientStatus:
     return CLIENT_STATUS[JobState(job.state)]
 
 
-class ClosedSerializer(serializers.Serializer):
+class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
     """Refuses fields it does not declare: a misspelt `business_key` must not pass unnoticed.
 
     The schema says so too (`additionalProperties: false`, jobs/api/schema.py).
@@ -70,13 +70,13 @@ def _repeated_parts(data: Any, fields: Iterable[str]) -> dict[str, Any]:
     }
 
 
-class ErrorDetailSerializer(serializers.Serializer):
+class ErrorDetailSerializer(serializers.Serializer[dict[str, Any]]):
     code = serializers.CharField(help_text="Stable machine-readable code, e.g. `not_found`.")
     message = serializers.CharField(help_text="What went wrong, for a human.")
     details = serializers.JSONField(allow_null=True, help_text="Per-field errors, if any.")
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     error = ErrorDetailSerializer()
 
 
@@ -146,7 +146,7 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-class JobAcceptedSerializer(serializers.Serializer):
+class JobAcceptedSerializer(serializers.Serializer[dict[str, Any]]):
     id = serializers.UUIDField()
     status = serializers.ChoiceField(choices=[s.value for s in ClientStatus])
     status_url = serializers.CharField()
@@ -162,12 +162,12 @@ class JobAcceptedSerializer(serializers.Serializer):
         }
 
 
-class JobErrorSerializer(serializers.Serializer):
+class JobErrorSerializer(serializers.Serializer[dict[str, Any]]):
     category = serializers.CharField()
     message = serializers.CharField()
 
 
-class JobStatusSerializer(serializers.ModelSerializer):
+class JobStatusSerializer(serializers.ModelSerializer[Job]):
     status = serializers.SerializerMethodField()
     attempts = serializers.IntegerField(source="attempt")
     tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
@@ -222,18 +222,18 @@ class JobStatusSerializer(serializers.ModelSerializer):
         return data
 
 
-class JobResultSerializer(serializers.Serializer):
+class JobResultSerializer(serializers.Serializer[dict[str, Any]]):
     id = serializers.UUIDField()
     status = serializers.ChoiceField(choices=[s.value for s in ClientStatus])
     result = serializers.JSONField(allow_null=True)
     error = JobErrorSerializer(allow_null=True)
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(serializers.Serializer[dict[str, Any]]):
     """Empty body."""
 
 
-class JobListQuerySerializer(serializers.Serializer):
+class JobListQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The filters of `GET /api/jobs/` (pagination is JobPagination's)."""
 
     status = serializers.ChoiceField(
@@ -249,7 +249,7 @@ class JobListQuerySerializer(serializers.Serializer):
     )
 
 
-class JobPageQuerySerializer(serializers.Serializer):
+class JobPageQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """Pagination of `GET /api/jobs/`: page numbers only (no `last`), bounded page sizes."""
 
     page = QueryIntegerField(
@@ -266,7 +266,7 @@ class JobPageQuerySerializer(serializers.Serializer):
     )
 
 
-class JobWaitQuerySerializer(serializers.Serializer):
+class JobWaitQuerySerializer(serializers.Serializer[dict[str, Any]]):
     wait = QueryNumberField(
         min_value=0,
         required=False,
@@ -288,7 +288,7 @@ class ObjectUploadSerializer(ClosedSerializer):
     )
 
 
-class StoredObjectSerializer(serializers.ModelSerializer):
+class StoredObjectSerializer(serializers.ModelSerializer[StoredObject]):
     tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
     )

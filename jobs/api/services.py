@@ -28,7 +28,7 @@ def _content_type(declared: str | None) -> str:
     return declared
 
 
-def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile) -> StoredObject:
+def object_store(*, owner: Any, tenant: Tenant | None, upload: UploadedFile[bytes]) -> StoredObject:
     """Keep an upload in Django storage under a fresh name and record who owns it."""
     limit = jobs_settings.MAX_OBJECT_BYTES
     if upload.size is None or upload.size > limit:

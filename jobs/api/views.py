@@ -111,7 +111,7 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-def _query(request: Request, serializer_class: type[Serializer]) -> dict[str, Any]:
+def _query(request: Request, serializer_class: type[Serializer[dict[str, Any]]]) -> dict[str, Any]:
     """The validated query parameters a serializer declares; a repeated one is a 400 too."""
     serializer = serializer_class(data=_single_values(request, serializer_class().fields))
     serializer.is_valid(raise_exception=True)
