@@ -50,6 +50,7 @@ from .conf import jobs_settings
 from .context import JobContext
 from .exceptions import LeaseLost
 from .failpoints import failpoint
+from .gate import database_failed, retried_when_refused
 from .identity import lease_owner_token
 from .leases import BatchHeartbeat, Lease, Member
 from .logging import job_log_context
@@ -227,8 +228,8 @@ def _commit_one(job: Claimed, verdict: Verdict) -> bool:
     except LeaseLost:
         return False
     except BaseException as exc:
-        if runtime.stops_the_worker(exc):
-            raise
+        if runtime.stops_the_worker(exc) or database_failed(exc):
+            raise  # the whole group commit is retried or its message requeued
         # A local effect failed (a sys.exit() in one too): its savepoint rolled back; this
         # job fails as if its handler had raised (retry or quarantine), its siblings commit.
         failed = runtime.failure_verdict(job.lease, job.spec, exc)
@@ -279,7 +280,7 @@ def execute_many(
         failpoint("worker.batch_after_claim")
         run_claimed(claimed)
         failpoint("worker.batch_before_commit")
-        group_commit(claimed)
+        retried_when_refused(lambda: group_commit(claimed), what="the group commit")
         failpoint("worker.after_complete_before_ack")
         stale = [j.lease for j in claimed if (j.verdict or _LOST).outcome is Outcome.STALE]
         if stale:

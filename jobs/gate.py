@@ -18,8 +18,10 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,6 +61,13 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def database_failed(exc: BaseException) -> bool:
+    """A database error that is not about what a handler or local effect wrote: the server
+    is unreachable or refused the write for a lock. Such an error belongs to the delivery
+    (retried, or its message requeued), never to the job as its failure."""
+    return database_unreachable(exc) or refused_for_a_lock(exc)
+
+
 def database_unreachable(exc: BaseException) -> bool:
     """Whether a database error means the server cannot be reached (or refuses sessions),
     rather than an answer about one statement."""
@@ -68,6 +77,47 @@ def database_unreachable(exc: BaseException) -> bool:
         return False
     code = sqlstate(exc)
     return code is None or code.startswith(_GONE_CLASSES) or code in _GONE_CODES
+
+
+# A refusal about locks: the statement's transaction rolled back whole, and the same write
+# run again a moment later usually goes through (lock_not_available: a row held past the hot
+# functions' lock_timeout; deadlock_detected; serialization_failure).
+_REFUSALS_RETRIED = frozenset({"55P03", "40P01", "40001"})
+REFUSED_TRIES = 3  # the write and two more, each after a jittered pause
+REFUSED_PAUSE = (0.05, 0.25)  # seconds, times the try's number
+
+
+def refused_for_a_lock(exc: BaseException) -> bool:
+    """Whether a database error is a refusal about locks (the write may go through later)."""
+    return isinstance(exc, OperationalError) and sqlstate(exc) in _REFUSALS_RETRIED
+
+
+def retried_when_refused[T](write: Callable[[], T], *, what: str) -> T:
+    """`write()` (a write that commits on its own: its transaction is inside it), run again
+    when the database refused it for a lock; after REFUSED_TRIES refusals the error escapes
+    (a delivery then requeues its message: `requeued_when_database_unreachable`).
+
+    A refused transaction committed nothing, so the retry is the same write, still fenced by
+    the lease's generation. A finished attempt is then kept instead of being run again after
+    its lease expires. Inside a caller's transaction nothing is retried: that transaction is
+    aborted and only its owner can start it again."""
+    for attempt in range(1, REFUSED_TRIES + 1):
+        try:
+            return write()
+        except OperationalError as exc:
+            if attempt == REFUSED_TRIES or not refused_for_a_lock(exc):
+                raise
+            if connection.in_atomic_block:
+                raise
+            logger.warning(
+                "the database refused %s (SQLSTATE %s); trying again (%d of %d)",
+                what,
+                sqlstate(exc),
+                attempt + 1,
+                REFUSED_TRIES,
+            )
+            time.sleep(random.uniform(*REFUSED_PAUSE) * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
 from .failpoints import failpoint
-from .gate import database_unreachable
+from .gate import database_failed, database_unreachable, retried_when_refused
 from .identity import lease_owner_token
 from .leases import Heartbeat, Lease
 from .logging import job_log_context
@@ -255,7 +255,8 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
         failpoint("worker.after_effect_before_complete")
         verdict = _complete(spec, verdict.completion, verdict)
     if verdict.exit is not None:
-        lifecycle.leave(lease, verdict.exit)
+        exit = verdict.exit
+        retried_when_refused(lambda: lifecycle.leave(lease, exit), what=f"the {exit.where}")
     log_verdict(lease, verdict)
     return verdict.outcome
 
@@ -267,11 +268,16 @@ def _complete(
     job as if its handler had raised (as in a batch's group commit): the failure's verdict."""
     lease, local_effects = completion.lease, list(verdict.local_effects)
     try:
-        lifecycle.job_complete(lease, result=completion.result, local_effects=local_effects)
+        retried_when_refused(
+            lambda: lifecycle.job_complete(
+                lease, result=completion.result, local_effects=local_effects
+            ),
+            what="the completion",
+        )
     except LeaseLost:
         raise
     except BaseException as exc:
-        if not local_effects or stops_the_worker(exc):
+        if not local_effects or stops_the_worker(exc) or database_failed(exc):
             raise
         return failure_verdict(lease, spec, exc)
     return verdict
