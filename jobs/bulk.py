@@ -204,7 +204,7 @@ def _jobs(
         ):
             if related is not None:
                 field.set_cached_value(job, related)  # type: ignore[union-attr]
-        job.replayed = False  # type: ignore[attr-defined]
+        job.replayed = False
     return jobs
 
 

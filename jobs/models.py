@@ -107,6 +107,9 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Not a column: True on the job `job_submit` returns when a repeated key found it there.
+    replayed: bool = False
+
     class Meta:
         constraints = [
             models.CheckConstraint(

@@ -123,7 +123,7 @@ def _check_replay(existing: Job, fingerprint: str) -> Job:
             "a job for this kind, business_key and input_version already exists with a "
             "different request; submit a new input_version to change it"
         )
-    existing.replayed = True  # type: ignore[attr-defined]
+    existing.replayed = True
     return existing
 
 
@@ -371,7 +371,7 @@ def job_submit(
         if existing is None:
             raise
         return _check_replay(existing, new.job.request_fingerprint)
-    job.replayed = False  # type: ignore[attr-defined]
+    job.replayed = False
     return job
 
 

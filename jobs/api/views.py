@@ -235,7 +235,7 @@ class JobListCreateView(ApiView):
             serialization_key=data["serialization_key"],
             input_ref=input_ref,
         )
-        replayed = bool(getattr(job, "replayed", False))
+        replayed = job.replayed
         if replayed and not jobs_visible_to(request.user).filter(pk=job.pk).exists():
             # business_key is global: never hand out someone else's job as "your" replay.
             raise Conflict(
