@@ -127,8 +127,8 @@ def test_submit_same_key_same_body__returns_the_existing_job(user: Any) -> None:
     again = jobs.submit(kind="noop", input={"a": 1}, owner=user, idempotency_key="k1")
 
     assert again.pk == first.pk
-    assert first.replayed is False  # type: ignore[attr-defined]
-    assert again.replayed is True  # type: ignore[attr-defined]
+    assert first.replayed is False
+    assert again.replayed is True
     assert Job.objects.count() == 1
 
 

@@ -68,7 +68,7 @@ def test_1000_plain_jobs__one_insert_per_table__published_in_batch_messages_afte
     ]
     assert others == []  # nothing sent per job
     assert [job.input for job in submitted] == [{"n": n} for n in range(1000)]
-    assert {job.replayed for job in submitted} == {False}  # type: ignore[attr-defined]
+    assert {job.replayed for job in submitted} == {False}
     ids = {str(job.pk) for job in submitted}
     assert Job.objects.filter(state="queued").count() == 1000
     assert JobEvent.objects.filter(to_state="queued", reason="accepted").count() == 1000
@@ -184,8 +184,8 @@ def test_mixed_requests__keyed_ones_through_job_submit__returned_in_request_orde
 
     again = jobs.submit_many([{**_plain(user, 1), "idempotency_key": "k-1"}, _plain(user, 8)])
 
-    assert again[0].pk == submitted[1].pk and again[0].replayed  # type: ignore[attr-defined]
-    assert not again[1].replayed  # type: ignore[attr-defined]
+    assert again[0].pk == submitted[1].pk and again[0].replayed
+    assert not again[1].replayed
     assert Job.objects.count() == 9
 
 
@@ -380,7 +380,7 @@ def test_returned_jobs__equal_their_rows__in_request_order(
         loaded = Job.objects.get(pk=by_many.pk)
         assert [getattr(by_many, n) for n in names] == [getattr(loaded, n) for n in names]
         assert not by_many._state.adding and by_many._state.db == "default"
-        assert by_many.replayed is False  # type: ignore[attr-defined]
+        assert by_many.replayed is False
         assert (
             _differences(
                 {n: getattr(by_submit, n) for n in names},
