@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 CHUNK = 64 * 1024
+SHUTDOWN_GRACE = 3.0  # seconds a connection's handler has to end once its pumps are cancelled
 
 
 def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
@@ -54,6 +55,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()  # one per accepted connection
 
     @property
     def address(self) -> tuple[str, int]:
@@ -73,6 +75,15 @@ class FaultProxy:
             self.port = self._server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            await self._forward(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         number = self.accepted
         if self.resetting:
@@ -163,14 +174,23 @@ class FaultProxy:
         self._call(self._stop_listening())
 
     async def _shutdown(self) -> None:
+        self.resetting = True  # a connection accepted from now on is aborted by its handler
         await self._stop_listening()
         await self._reset_open()
         # Until none is left: a connection accepted just before the listener closed starts
         # its task after a first look (a task still pending at loop.stop is an error here).
+        # The pumps are cancelled, and each connection's handler then ends by itself: a
+        # cancelled handler is logged by asyncio.streams as "Exception in callback ...
+        # CancelledError" (its done callback asks a cancelled task for its exception), so a
+        # handler is cancelled only if it has not ended within SHUTDOWN_GRACE.
         while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
             for task in tasks:
+                if task not in self._handlers:
+                    task.cancel()
+            _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
+            for task in pending:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
             await asyncio.sleep(0)
 
     def close(self) -> None:
