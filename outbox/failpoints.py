@@ -92,6 +92,7 @@ failpoints_add(
     {
         "submit.after_commit_before_publish",
         "submit.publisher_before_publish",
+        "relay.after_reserve",
         "relay.after_publish_before_mark",
     }
 )

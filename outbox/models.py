@@ -16,6 +16,9 @@ class OutboxEntry(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     available_at = models.DateTimeField()
     reserved_until = models.DateTimeField(null=True, blank=True)
+    # The relay reservation that holds the row (none for the fast path's own reservation): a
+    # relay that lost the answer of its reservation takes its rows back (outbox.relay).
+    reserved_by = models.UUIDField(null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
     publish_attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")

@@ -2,8 +2,11 @@
 
 Protocol of `outbox_relay_batch` (what a crash at each step leaves behind):
   1. Reserve: in one transaction, lock due unpublished rows with SKIP LOCKED, stamp
-     `reserved_until` and count the attempt; commit. A crash after this leaves rows reserved;
-     when the reservation lapses another relay takes them. Nothing is lost.
+     `reserved_until` and a token of this reservation (`reserved_by`) and count the attempt;
+     commit. A crash after this leaves rows reserved; when the reservation lapses another
+     relay takes them. Nothing is lost. A reservation whose answer this process did not get
+     (a connection lost at the commit, a failover) may have committed: its next reservation
+     takes the rows of that token back at once instead of waiting for them to lapse.
   2. Publish every reserved row over one broker connection, holding no row lock; rows of a
      task with a batch rule share messages (outbox.batching). A crash
      here leaves some messages published and their rows still unpublished.
@@ -17,7 +20,9 @@ Two relays (or two beats) at once are safe: SKIP LOCKED plus reservations split 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,6 +38,7 @@ from .failpoints import failpoint
 from .fastpath import publish_combined
 from .marks import outbox_mark_published
 from .models import OutboxEntry
+from .tracing import publish_traced
 from .transport import celery_app, task_sender
 
 logger = logging.getLogger(__name__)
@@ -46,22 +52,51 @@ class RelayResult:
     errors: list[str] = field(default_factory=list)
 
 
+# Tokens of this process's reservations that raised instead of answering: each may have
+# committed. A thread's next reservation takes their rows back (a handful at most: the oldest
+# go once their rows' reservations have lapsed anyway).
+_unanswered: list[uuid.UUID] = []
+_unanswered_lock = threading.Lock()
+UNANSWERED_KEPT = 8
+
+
 def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
-    """Step 1: reserve due, unreserved, unpublished rows; commit before returning."""
+    """Step 1: reserve due, unreserved, unpublished rows (and the rows of this process's
+    reservations that never answered); commit before returning."""
+    token = uuid.uuid4()
+    with _unanswered_lock:
+        rescue = list(_unanswered)
+    try:
+        rows = _reserve(limit=limit, token=token, rescue=rescue)
+    except BaseException:
+        with _unanswered_lock:
+            _unanswered.append(token)
+            del _unanswered[:-UNANSWERED_KEPT]
+        raise
+    with _unanswered_lock:  # their rows, if any committed, are this reservation's now
+        _unanswered[:] = [t for t in _unanswered if t not in rescue]
+    return rows
+
+
+def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[OutboxEntry]:
     now = timezone.now()
+    free = Q(reserved_until__isnull=True) | Q(reserved_until__lt=now)
+    if rescue:
+        free |= Q(reserved_by__in=rescue)
     with transaction.atomic():
         rows = list(
             OutboxEntry.objects.select_for_update(skip_locked=True)
-            .filter(published_at__isnull=True, available_at__lte=now)
-            .filter(Q(reserved_until__isnull=True) | Q(reserved_until__lt=now))
+            .filter(free, published_at__isnull=True, available_at__lte=now)
             .order_by("available_at")
             .only("id", "task_name", "queue", "kwargs", "publish_attempts")[:limit]
         )
         if rows:
             OutboxEntry.objects.filter(id__in=[row.id for row in rows]).update(
                 reserved_until=now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS),
+                reserved_by=token,
                 publish_attempts=F("publish_attempts") + 1,
             )
+    failpoint("relay.after_reserve")
     return rows
 
 
@@ -73,7 +108,8 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
     with task_sender(celery_app()) as send:
         for message in messages_of(rows):
             try:
-                send(message.task_name, message.kwargs, message.queue)
+                with publish_traced(message.task_name, message.kwargs) as kwargs:
+                    send(message.task_name, kwargs, message.queue)
             except Exception as exc:  # broker trouble: back off these rows, keep going
                 for row_id in message.ids:
                     errors[row_id] = f"{type(exc).__name__}: {exc}"[:500]

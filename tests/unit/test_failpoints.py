@@ -112,6 +112,7 @@ def test_outbox_alone__declares_only_its_own_names() -> None:
     assert done.stdout.strip() == str(
         [
             "relay.after_publish_before_mark",
+            "relay.after_reserve",
             "submit.after_commit_before_publish",
             "submit.publisher_before_publish",
         ]
