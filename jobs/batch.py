@@ -34,6 +34,7 @@ own attempts and no sibling's. A kill after 4 redelivers a message whose jobs ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from django.db import IntegrityError, connection, transaction
 
 from outbox.services import outbox_publish_together
 
-from . import dispatch, lifecycle, prepared, registry, runtime
+from . import dispatch, lifecycle, prepared, registry, runtime, tracing
 from .claims import json_value, lease_from_row
 from .conf import jobs_settings
 from .context import JobContext
@@ -165,7 +166,12 @@ def run_claimed(jobs: list[Claimed]) -> None:
     try:
         for index, job in enumerate(jobs):
             budget_left = index == 0 or time.monotonic() - started < budget
-            job.verdict = _run(job, budget_left=budget_left)
+            job.verdict = tracing.traced(
+                "jobs.run",
+                functools.partial(_run, job, budget_left=budget_left),
+                lease=job.lease,
+                about=tracing.outcome_attributes,
+            )
     finally:
         heartbeat.stop()
 
@@ -269,8 +275,9 @@ def execute_many(
             aside.append(item)
         else:
             plain.append((job_id, spec))
-    claimed, duplicates, others = runtime.claim_reconnecting(
-        lambda: claim_many(plain, worker=owner)
+    claimed, duplicates, others = tracing.traced(
+        "jobs.claim_many",
+        lambda: runtime.claim_reconnecting(lambda: claim_many(plain, worker=owner)),
     )
     aside.extend(hints[job_id] for job_id in others)
     reports = [ExecutionReport(Outcome.DUPLICATE, str(job_id)) for job_id in duplicates]
@@ -280,7 +287,10 @@ def execute_many(
         failpoint("worker.batch_after_claim")
         run_claimed(claimed)
         failpoint("worker.batch_before_commit")
-        retried_when_refused(lambda: group_commit(claimed), what="the group commit")
+        tracing.traced(
+            "jobs.group_commit",
+            lambda: retried_when_refused(lambda: group_commit(claimed), what="the group commit"),
+        )
         failpoint("worker.after_complete_before_ack")
         stale = [j.lease for j in claimed if (j.verdict or _LOST).outcome is Outcome.STALE]
         if stale:
@@ -300,7 +310,10 @@ def execute_many(
             continue
         reports.append(
             runtime.execute(
-                item["job_id"], kind=item.get("kind"), kind_version=item.get("kind_version")
+                item["job_id"],
+                kind=item.get("kind"),
+                kind_version=item.get("kind_version"),
+                hints=item,
             )
         )
     if late:

@@ -28,7 +28,7 @@ from outbox.conf import outbox_settings
 from outbox.models import OutboxEntry
 from outbox.services import outbox_after_commit_many
 
-from . import dispatch, prepared, registry
+from . import dispatch, prepared, registry, tracing
 from .models import Job, JobEvent, StoredObject, Tenant
 from .states import JobState
 
@@ -81,9 +81,10 @@ def jobs_insert_plain(submits: Sequence[PlainSubmit]) -> list[Job]:
     cannot encode or an unsaved related row raises before the first statement."""
     now = timezone.now()
     jobs = _job_columns(submits, now)
+    tracing.jobs_trace_begin(jobs)
     fixed = {"state": JobState.QUEUED.value, "created_at": now, "updated_at": now}
     job_values = _fixed_values(Job, jobs, fixed)
-    _insert(Job, {**jobs, "input": [_json(s.input) for s in submits]}, job_values)
+    _insert(Job, {**jobs, **_json_columns(jobs, "input", "trace_context")}, job_values)
     _insert(JobEvent, _event_columns(submits, jobs), _accepted_values(job_values, now))
     outbox_after_commit_many(_messages_insert(jobs, job_values, now))
     return _jobs(submits, jobs, job_values)
@@ -189,6 +190,7 @@ def _messages(
         )
         columns["available_at"].append(due)
         columns["reserved_until"].append(reserved if fast and not later else None)
+    tracing.bulk_message_hints(columns["kwargs"], jobs)
     return columns
 
 
@@ -223,6 +225,11 @@ def _related_id(name: str, obj: Model | None) -> Any:
             f"save() prohibited to prevent data loss due to unsaved related object '{name}'."
         )
     return obj.pk
+
+
+def _json_columns(columns: dict[str, list[Any]], *names: str) -> dict[str, list[str | None]]:
+    """Those of these JSON columns that are present, encoded (`_json`) for the INSERT."""
+    return {name: [_json(value) for value in columns[name]] for name in names if name in columns}
 
 
 def _json(value: Any) -> str | None:

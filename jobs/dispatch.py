@@ -33,7 +33,7 @@ from outbox.services import (
     outbox_save,
 )
 
-from . import prepared, registry
+from . import prepared, registry, tracing
 from .conf import jobs_settings
 from .events import job_event_record
 from .leases import Lease
@@ -62,7 +62,9 @@ def job_execute_message(
         task_name=EXECUTE_TASK,
         queue=execute_queue(job.kind, job.kind_version),
         job_id=job_id,
-        kwargs=execute_kwargs(job_id, job.generation, job.kind, job.kind_version),
+        kwargs=tracing.message_hints(
+            execute_kwargs(job_id, job.generation, job.kind, job.kind_version), job
+        ),
         available_at=available_at,
         fast_path=fast_path,
     )

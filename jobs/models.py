@@ -106,6 +106,9 @@ class Job(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context (traceparent, tracestate) of the job's root span when tracing is
+    # on (jobs.tracing): every attempt's spans join that trace. NULL when it is off.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     # Not a column: True on the job `job_submit` returns when a repeated key found it there.
     replayed: bool = False

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -28,7 +28,7 @@ from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from . import dispatch, lifecycle, registry, services
+from . import dispatch, lifecycle, registry, services, tracing
 from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
 from .exceptions import LeaseLost
@@ -86,12 +86,14 @@ def execute(
     worker: str | None = None,
     kind: str | None = None,
     kind_version: int | None = None,
+    hints: Mapping[str, Any] | None = None,
 ) -> ExecutionReport:
     """Run one delivery of `job_id` through the fenced protocol (module docstring).
 
-    `kind` and `kind_version` are the message's hint (one round trip for the claim). Every
-    line logged meanwhile names the job (jobs.logging.JobContextFilter)."""
-    with job_log_context(job_id=str(job_id)):
+    `kind` and `kind_version` are the message's hint (one round trip for the claim); `hints`
+    the message's others (its trace context: jobs.tracing). Every line logged meanwhile names
+    the job (jobs.logging.JobContextFilter)."""
+    with job_log_context(job_id=str(job_id)), tracing.job_delivery(job_id, hints):
         return _deliver(job_id, owner=worker or worker_name(), kind=kind, kind_version=kind_version)
 
 
@@ -111,8 +113,13 @@ def claim_reconnecting[T](claim: Callable[[], T]) -> T:
 def _deliver(
     job_id: UUID | str, *, owner: str, kind: str | None, kind_version: int | None
 ) -> ExecutionReport:
-    claim = claim_reconnecting(
-        lambda: job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
+    claim = tracing.traced(
+        "jobs.claim",
+        lambda: claim_reconnecting(
+            lambda: job_claim_id(job_id, worker=owner, kind=kind, kind_version=kind_version)
+        ),
+        job_id=job_id,
+        about=tracing.claim_attributes,
     )
     if claim.status is ClaimStatus.MISSING:
         logger.error("delivery for unknown job", extra={"job_id": str(job_id)})
@@ -132,7 +139,12 @@ def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
         lifecycle.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
         return ExecutionReport(Outcome.INCOMPATIBLE, str(lease.job_id), lease.generation)
     try:
-        outcome = _run_leased(claim, lease, spec)
+        outcome = tracing.traced(
+            "jobs.run",
+            lambda: _run_leased(claim, lease, spec),
+            lease=lease,
+            about=tracing.outcome_attributes,
+        )
     except LeaseLost:
         logger.warning("lease lost; outcome discarded", extra=lease.log_extra())
         dispatch.send_again_if_claim_lost([lease])
@@ -253,10 +265,23 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
         raise LeaseLost(f"job {lease.job_id}: lease lost while running")
     if verdict.completion is not None:
         failpoint("worker.after_effect_before_complete")
-        verdict = _complete(spec, verdict.completion, verdict)
+        completion, done = verdict.completion, verdict
+        verdict = tracing.traced(
+            "jobs.complete",
+            lambda: _complete(spec, completion, done),
+            lease=lease,
+            about=tracing.outcome_attributes,
+        )
     if verdict.exit is not None:
-        exit = verdict.exit
-        retried_when_refused(lambda: lifecycle.leave(lease, exit), what=f"the {exit.where}")
+        exit, left = verdict.exit, verdict
+        tracing.traced(
+            "jobs.complete",
+            lambda: retried_when_refused(
+                lambda: lifecycle.leave(lease, exit), what=f"the {exit.where}"
+            ),
+            lease=lease,
+            about=lambda _: tracing.outcome_attributes(left),
+        )
     log_verdict(lease, verdict)
     return verdict.outcome
 

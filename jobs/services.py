@@ -18,7 +18,7 @@ from django.utils import timezone
 from outbox.fastpath import writing
 from outbox.services import outbox_after_commit
 
-from . import dispatch, registry
+from . import dispatch, registry, tracing
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
@@ -261,6 +261,7 @@ def _job_new(
         next_attempt_at=due,
         deadline=due + timedelta(seconds=spec.policy.max_elapsed),
     )
+    tracing.job_trace_begin(job)
     accepted = job_event_new(
         job,
         from_state="",

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from . import batch, runtime
+from . import batch, runtime, tracing
 from .conf import jobs_settings
 from .gate import GatedTask, requeued_when_database_unreachable
 from .reaper import jobs_reap
@@ -38,7 +38,7 @@ def execute(
     Hints a later release adds are accepted and ignored, so a message from a newer web tier
     never fails on an older worker during a rolling deploy (docs/operations.md)."""
     with requeued_when_database_unreachable("a delivery"):
-        runtime.execute(job_id, kind=kind, kind_version=kind_version)
+        runtime.execute(job_id, kind=kind, kind_version=kind_version, hints=later_hints)
 
 
 # A batch message: several jobs, claimed with one statement and committed with one
@@ -59,7 +59,10 @@ def execute_many(items: list[dict[str, Any]], **later_hints: Any) -> None:
     """Deliver the jobs of one batch message; each item is one `jobs.execute` message's
     kwargs (job_id, generation, kind, kind_version). The whole message is requeued when the
     database is unreachable: jobs it already finished are then duplicates, acked at claim."""
-    with requeued_when_database_unreachable("a batch delivery"):
+    with (
+        requeued_when_database_unreachable("a batch delivery"),
+        tracing.batch_delivery(items, later_hints),
+    ):
         batch.execute_many(items)
 
 
