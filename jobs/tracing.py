@@ -110,7 +110,7 @@ def message_hints(kwargs: dict[str, Any], job: Job | Lease | UUID | None) -> dic
     if not enabled() or job is None:
         return kwargs
     job_id = job if isinstance(job, UUID) else getattr(job, "job_id", None)
-    stored = getattr(job, "trace_context", None)
+    stored = vars(job).get("trace_context")  # a deferred field stays unread: no query
     root = _delivering.get(job_id) if job_id is not None else None
     carrier = root.carrier if root is not None else stored
     return {**kwargs, **carrier} if carrier else kwargs
@@ -153,7 +153,11 @@ def job_delivery(
 def _delivery(job_id: UUID, hints: Mapping[str, Any] | None) -> Iterator[None]:
     root = _root_of(_carrier(hints) or _stored_carriers([job_id]).get(job_id))
     if root is None:
-        yield
+        # A job accepted while tracing was off: this delivery is a trace of its own.
+        with tracer().start_as_current_span(
+            "jobs.deliver", kind=trace.SpanKind.CONSUMER, attributes={"job.id": str(job_id)}
+        ):
+            yield
         return
     token = otel_context.attach(root.context)
     _delivering[job_id] = root

@@ -7,13 +7,15 @@ trace, and its kwargs carry that span's context to the consumer. Nothing else of
 goes into a span.
 
 Zero cost when no SDK is configured: `enabled()` asks once whether the tracer provider (the
-global one, or the one given to `use`) is the API's no-op one (configure the SDK before the
-first message; `refresh()` asks again), and `publish_traced` then returns a null context.
+global one, or the one given to `use`) is the API's no-op one (configure the SDK before a
+process's first message; a forked child and `refresh()` ask again), and `publish_traced` then
+returns a null context.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -45,6 +47,11 @@ def refresh() -> None:
     """Ask again whether an SDK is configured (after configuring one late)."""
     global _enabled
     _enabled = None
+
+
+# A forked child (a prefork pool process) asks again: it configures its SDK after the fork
+# (`worker_process_init`), since an exporter's thread does not survive one.
+os.register_at_fork(after_in_child=refresh)
 
 
 def use(provider: trace.TracerProvider | None) -> None:

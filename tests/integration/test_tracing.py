@@ -140,6 +140,45 @@ def test_a_delivery_without_hints__takes_the_context_stored_with_the_job(
     assert (run["trace_id"], run["parent_id"]) == (trace_id, root_id)
 
 
+def test_submit_many_in_a_span__each_job_its_own_trace_under_the_request(
+    spans: Spans, user: Any
+) -> None:
+    requests = [{"kind": "trace.batch", "input": {"n": n}, "owner": user} for n in range(3)]
+    with spans.provider.get_tracer("test").start_as_current_span("request") as request:
+        submitted = jobs.submit_many(requests)
+
+    records = spans.records()
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    for job in submitted:
+        stored = Job.objects.get(pk=job.pk).trace_context
+        assert stored is not None
+        assert stored == job.trace_context
+        submit = _one(records, "jobs.submit", **{"job.id": str(job.pk)})
+        assert (submit["trace_id"], submit["span_id"]) == _ids(stored["traceparent"])
+        assert submit["trace_id"] == trace_id
+        assert submit["parent_id"] == f"{request.get_span_context().span_id:016x}"
+        assert _row_kwargs(job)["traceparent"] == stored["traceparent"]
+
+
+def test_a_job_accepted_with_tracing_off__its_delivery_is_one_trace_of_its_own(
+    user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    job = jobs.submit(kind="trace.alone", input={"n": 5}, owner=user)  # no SDK yet
+    spans = Spans()
+    tracing.use(spans.provider)
+    try:
+        assert runtime.execute(job.pk).outcome is Outcome.SUCCEEDED
+    finally:
+        tracing.use(None)
+    records = spans.records()
+    deliver = _one(records, "jobs.deliver", **{"job.id": str(job.pk)})
+    assert deliver["parent_id"] is None
+    for name in ("jobs.claim", "jobs.run"):
+        span = _one(records, name)
+        assert (span["trace_id"], span["parent_id"]) == (deliver["trace_id"], deliver["span_id"])
+
+
 def _worker_and_relay(harness: Harness, spans_file: Path, **env: str) -> None:
     extra = {"JOBS_HANDLER_MODULES": MODULES, SPANS_FILE_ENV: str(spans_file), **env}
     harness.start_worker("w-trace", env=extra)
