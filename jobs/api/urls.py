@@ -14,7 +14,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 
-from . import long_poll, views
+from . import long_poll, object_views, views
 from .base import LibraryApiSchemaGenerator
 
 app_name = "jobs-api"
@@ -26,8 +26,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jobs/<str:job_id>/", long_poll.job_detail, name="job-detail"),
     path("jobs/<str:job_id>/result/", views.JobResultView.as_view(), name="job-result"),
     path("jobs/<str:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
-    path("objects/", views.ObjectUploadView.as_view(), name="object-list"),
-    path("objects/<str:object_id>/", views.ObjectDetailView.as_view(), name="object-detail"),
+    path("objects/", object_views.ObjectUploadView.as_view(), name="object-list"),
+    path("objects/<str:object_id>/", object_views.ObjectDetailView.as_view(), name="object-detail"),
     path(
         "schema/",
         SpectacularAPIView.as_view(generator_class=LibraryApiSchemaGenerator),

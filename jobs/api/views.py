@@ -8,42 +8,38 @@ from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from jobs.conf import jobs_settings
-from jobs.selectors import jobs_visible_to, objects_visible_to
+from jobs.selectors import jobs_visible_to
 from jobs.services import job_cancel, job_submit
 from jobs.states import FINISHED, ClientStatus, JobState, states_for_client_status
 
 from . import schema  # noqa: F401  (registers the drf-spectacular extensions)
 from .base import LibraryApiSettings, extend_schema
-from .errors import Conflict, InvalidHeader, PayloadTooLarge
+from .errors import Conflict, InvalidHeader
 from .fields import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     IDEMPOTENCY_KEY_PATTERN,
     PAGE_SIZE_DEFAULT,
     regex_for_schema,
 )
-from .parsers import DepthLimitedJSONParser, body_length
+from .parsers import DepthLimitedJSONParser
 from .selectors import (
     job_visible_or_404,
     job_wait_for_status_change,
     object_for_job_or_404,
     tenant_for_submission,
-    uuid_or_none,
 )
 from .serializers import (
     CancelSerializer,
-    ErrorSerializer,
     JobAcceptedSerializer,
     JobListQuerySerializer,
     JobPageQuerySerializer,
@@ -51,21 +47,13 @@ from .serializers import (
     JobStatusSerializer,
     JobSubmitSerializer,
     JobWaitQuerySerializer,
-    ObjectUploadSerializer,
-    StoredObjectSerializer,
     client_status,
 )
-from .services import object_store
+from .view_base import ApiView, error_responses
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Room for the JSON envelope around `input` (kind, keys, tenant...) before the raw body is refused.
 ENVELOPE_BYTES = 8 * 1024
-MULTIPART_OVERHEAD_BYTES = 64 * 1024
-
-
-def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    # 503: the database is unreachable (jobs.api.errors.DatabaseUnavailable, Retry-After).
-    return {code: OpenApiResponse(ErrorSerializer) for code in (*codes, 401, 429, 503)}
 
 
 _JOB_ID = OpenApiParameter("job_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -81,24 +69,6 @@ _IDEMPOTENCY_KEY = OpenApiParameter(
     description="1 to 200 visible ASCII characters. A repeat with the same key and body returns "
     "the same job (`Idempotent-Replayed: true`); the same key with another body is a 409.",
 )
-
-
-class ApiView(LibraryApiSettings, GenericAPIView):  # type: ignore[type-arg,unused-ignore]
-    """Refuses an oversized raw body before anything reads it (413, not a memory spike); a
-    chunked body is measured first (jobs.api.parsers.body_length)."""
-
-    max_body_bytes: int | None = None
-
-    def body_limit(self) -> int | None:
-        return self.max_body_bytes
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        if request.method in {"POST", "PUT", "PATCH"}:
-            length = body_length(request._request)
-            limit = self.body_limit()
-            if limit is not None and length > limit:
-                raise PayloadTooLarge(f"request body is {length} bytes, over the limit of {limit}")
-        super().initial(request, *args, **kwargs)
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -165,7 +135,7 @@ class JobListCreateView(ApiView):
             "a 400; a page past the last one is a 404."
         ),
         parameters=[JobListQuerySerializer, JobPageQuerySerializer],
-        responses={200: JobStatusSerializer(many=True), **_errors(400, 404)},
+        responses={200: JobStatusSerializer(many=True), **error_responses(400, 404)},
     )
     def get(self, request: Request) -> Response:
         jobs = jobs_visible_to(request.user).select_related("tenant").order_by("-created_at", "id")
@@ -199,7 +169,7 @@ class JobListCreateView(ApiView):
                 enum=["true", "false"],
             ),
         ],
-        responses={202: JobAcceptedSerializer, **_errors(400, 404, 409, 413, 415)},
+        responses={202: JobAcceptedSerializer, **error_responses(400, 404, 409, 413, 415)},
         examples=[
             OpenApiExample("no-op", value={"kind": "noop", "input": {}}, request_only=True),
             OpenApiExample(
@@ -274,7 +244,7 @@ class JobDetailView(ApiView):
             "404, never a 403."
         ),
         parameters=[_JOB_ID, JobWaitQuerySerializer],
-        responses={200: JobStatusSerializer, **_errors(400, 404)},
+        responses={200: JobStatusSerializer, **error_responses(400, 404)},
     )
     def get(self, request: Request, job_id: str) -> Response:
         wait = _wait_seconds(request)
@@ -304,7 +274,7 @@ class JobResultView(ApiView):
             "failed or cancelled one. Visibility is checked again at the moment of release."
         ),
         parameters=[_JOB_ID],
-        responses={200: JobResultSerializer, **_errors(404, 409)},
+        responses={200: JobResultSerializer, **error_responses(404, 409)},
     )
     def get(self, request: Request, job_id: str) -> Response:
         # Read through current visibility at the moment of release: revoked members get 404.
@@ -347,7 +317,7 @@ class JobCancelView(ApiView):
         responses={
             200: JobStatusSerializer,
             202: JobStatusSerializer,
-            **_errors(404, 409),
+            **error_responses(404, 409),
         },
     )
     def post(self, request: Request, job_id: str) -> Response:
@@ -358,63 +328,6 @@ class JobCancelView(ApiView):
             JobStatusSerializer(job).data,
             status=status.HTTP_202_ACCEPTED if still_running else status.HTTP_200_OK,
         )
-
-
-class ObjectUploadView(ApiView):
-    """`/api/objects/`: upload input too large for a job's JSON."""
-
-    serializer_class = ObjectUploadSerializer
-    parser_classes = [MultiPartParser, FormParser]
-
-    def body_limit(self) -> int:
-        return int(jobs_settings.MAX_OBJECT_BYTES) + MULTIPART_OVERHEAD_BYTES
-
-    @extend_schema(
-        summary="Upload an object a job can reference as `input_ref`",
-        description=(
-            "Stores the `file` part of a multipart form under a server-chosen name and answers "
-            "201 with its id, size and SHA-256. A job of the same tenant may name it as "
-            "`input_ref`; the worker re-checks access before reading it. Over "
-            "JOBS_MAX_OBJECT_BYTES is a 413."
-        ),
-        request={"multipart/form-data": ObjectUploadSerializer},
-        parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
-        responses={201: StoredObjectSerializer, **_errors(400, 404, 413, 415)},
-    )
-    def post(self, request: Request) -> Response:
-        serializer = ObjectUploadSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        tenant = tenant_for_submission(user=request.user, name=serializer.validated_data["tenant"])
-        stored = object_store(
-            owner=request.user, tenant=tenant, upload=serializer.validated_data["file"]
-        )
-        return Response(
-            StoredObjectSerializer(stored).data,
-            status=status.HTTP_201_CREATED,
-            headers={"Location": reverse("jobs-api:object-detail", args=[stored.pk])},
-        )
-
-
-class ObjectDetailView(ApiView):
-    """`/api/objects/<id>/`: an upload's metadata."""
-
-    serializer_class = StoredObjectSerializer
-
-    @extend_schema(
-        summary="An uploaded object's metadata (never its bytes)",
-        description=(
-            "Id, size, SHA-256, declared content type and tenant of an object you may read. "
-            "Anyone else's object is a 404."
-        ),
-        parameters=[OpenApiParameter("object_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
-        responses={200: StoredObjectSerializer, **_errors(404)},
-    )
-    def get(self, request: Request, object_id: str) -> Response:
-        pk = uuid_or_none(object_id)
-        found = objects_visible_to(request.user).filter(pk=pk).first() if pk else None
-        if found is None:
-            raise NotFound("object not found")
-        return Response(StoredObjectSerializer(found).data)
 
 
 @extend_schema(exclude=True)
