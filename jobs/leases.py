@@ -1,21 +1,16 @@
-"""Leases and fencing: claim a job, keep it alive, and write only while still its owner.
+"""Leases and fencing: a claimed job's lease, kept alive, and written only by its owner.
 
-Claim protocol (`job_claim_id`): one call of the database function `jobs_claim`
-(jobs/sql/jobs_claim.sql), one transaction (a batch message's claim: jobs.batch):
-  1. Lock the row if it is claimable now: due `queued`/`retry_wait`, or `leased` with an expired
-     lease; for a serialization key, only the oldest active job of that key; within the
-     tenant's and kind's concurrency caps. SKIP LOCKED: a concurrent claimer wins, we miss.
-  2. UPDATE it to `leased` with generation+1, attempt+1, our name and a lease on the database
-     clock; insert the JobEvent; return the input; commit. A crash after the commit leaves a
-     leased job whose lease expires: the reaper moves it to retry_wait (the attempt counts)
-     and re-enqueues it.
-The claim's commit does not wait for its WAL flush. If a database crash loses it, the job is
-back to its previous state and nothing of this attempt is durable: every later write of ours
-is fenced by (generation, owner token) and commits synchronously, which would have flushed the
-claim first. A new claim after the crash may reuse the generation number, never our token.
+The claim that makes a lease lives in jobs.claims (`job_claim_id`, the database function
+`jobs_claim`) and jobs.batch (`jobs_claim_many`). Its commit does not wait for its WAL flush.
+If a database crash loses it, the job is back to its previous state and nothing of this
+attempt is durable: every later write of ours is fenced by (generation, owner token) and
+commits synchronously, which would have flushed the claim first. A new claim after the crash
+may reuse the generation number, never our token.
 Every later write by this worker is a conditional UPDATE on (id, generation, lease_owner,
 state='leased'); the owner token is unique per claim (worker name, a random nonce, pid).
-Zero rows: `LeaseLost`, rolled back and counted.
+Zero rows: `LeaseLost`, rolled back and counted. The heartbeat (`Heartbeat`, one thread per
+process for all its leases) extends a live lease and learns of a cancel request or a lost
+lease.
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ def can_transition(source: JobState, target: JobState) -> bool:
 
 
 def transition_pairs() -> list[tuple[str, str]]:
-    """(from, to) pairs, sorted; the database trigger is generated from these."""
+    """(from, to) pairs, sorted. The database trigger holds a frozen copy of them (its
+    migration's TRANSITION_PAIRS); tests/unit/test_states.py checks that the two agree."""
     return sorted((src.value, dst.value) for src, dsts in TRANSITIONS.items() for dst in dsts)
 
 
