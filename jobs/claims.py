@@ -1,9 +1,18 @@
 """Claims: taking the lease of a job by id (database function `jobs_claim`), and reading a
 claim function's row (jobs_claim, and jobs_claim_many for the batch path: jobs.batch).
 
+Claim protocol (`job_claim_id`): one call of `jobs_claim` (jobs/sql/jobs_claim.sql), one
+transaction:
+  1. Lock the row if it is claimable now: due `queued`/`retry_wait`, or `leased` with an expired
+     lease; for a serialization key, only the oldest active job of that key; within the
+     tenant's and kind's concurrency caps. SKIP LOCKED: a concurrent claimer wins, we miss.
+  2. UPDATE it to `leased` with generation+1, attempt+1, our owner token and a lease on the
+     database clock; insert the JobEvent; return the input; commit. A crash after the commit
+     leaves a leased job whose lease expires: the reaper moves it to retry_wait (the attempt
+     counts) and re-enqueues it.
+Why the claim's commit may skip the WAL flush, and how every later write is fenced: jobs.leases.
 Split from jobs.leases so that leases (the fence, heartbeats) stay below the kind registry:
 a claim looks up the kind's lease length and caps; the fence never needs to.
-The protocol is in jobs.leases' docstring and jobs/sql/jobs_claim.sql.
 """
 
 from __future__ import annotations
