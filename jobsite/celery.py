@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
+
+from jobsite.tracing import configure_tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
@@ -20,3 +23,9 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # each job instead (jobs.celery_hooks), so a database restart still leads to a fresh one.
 app.conf["CELERY_DB_REUSE_MAX"] = int(os.environ.get("JOBS_DB_REUSE_MAX", "100000"))
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def _tracing_in_pool_process(**_: object) -> None:
+    """OTLP traces from each pool process when configured (jobsite/tracing.py)."""
+    configure_tracing("durable-jobs-worker")
