@@ -126,6 +126,18 @@ class JobsCollector(Collector):
         for quantile, value in selectors.latency_quantiles(window=300.0).items():
             latency.add_metric([quantile], value)
         yield latency
+        per_kind = selectors.kind_duration_quantiles(window=300.0)
+        for measure, doc in (
+            ("latency", "Accept-to-success latency per kind, jobs finished in the last 5 minutes."),
+            ("run", "First start to success per kind (retries included), last 5 minutes."),
+        ):
+            family = GaugeMetricFamily(
+                f"{PREFIX}kind_{measure}_seconds", doc, labels=["kind", "quantile"]
+            )
+            for kind, quantiles in per_kind[measure].items():
+                for quantile, value in quantiles.items():
+                    family.add_metric([kind, quantile], value)
+            yield family
 
 
 def metrics_registry() -> CollectorRegistry:

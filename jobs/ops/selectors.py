@@ -158,6 +158,32 @@ def latency_quantiles(*, window: float = 300.0) -> dict[str, float]:
     return dict(zip(("0.5", "0.95", "0.99"), (float(v) for v in row[0]), strict=True))
 
 
+QUANTILES = ("0.5", "0.95", "0.99")
+
+
+def kind_duration_quantiles(*, window: float = 300.0) -> dict[str, dict[str, dict[str, float]]]:
+    """Per kind, of the jobs that succeeded in the last `window` s: quantiles of the latency
+    (accept to success) and of the run (first start to success, retries included), as
+    {"latency" | "run": {kind: {quantile: seconds}}} (jobs_job_finished_idx)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT kind,"
+            " percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP"
+            " (ORDER BY EXTRACT(EPOCH FROM finished_at - created_at)),"
+            " percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP"
+            " (ORDER BY EXTRACT(EPOCH FROM finished_at - COALESCE(started_at, created_at)))"
+            " FROM jobs_job WHERE finished_at >= now() - make_interval(secs => %s)"
+            " AND state = 'succeeded' GROUP BY kind ORDER BY kind",
+            [window],
+        )
+        rows = cursor.fetchall()
+    out: dict[str, dict[str, dict[str, float]]] = {"latency": {}, "run": {}}
+    for kind, latency, run in rows:
+        out["latency"][kind] = dict(zip(QUANTILES, map(float, latency), strict=True))
+        out["run"][kind] = dict(zip(QUANTILES, map(float, run), strict=True))
+    return out
+
+
 @dataclass(frozen=True)
 class MinuteBucket:
     minute: datetime

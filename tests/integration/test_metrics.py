@@ -146,3 +146,50 @@ def test_metrics_token_is_disabled__when_setting_empty(settings: Any) -> None:
     settings.JOBS_METRICS_TOKEN = ""
     response = Client().get("/metrics", headers={"Authorization": "Bearer "})
     assert response.status_code == 401
+
+
+def _succeed(job_id: Any) -> None:
+    """Claimed and completed as a worker does (the database allows no shortcut)."""
+    lease = job_claim(Job.objects.get(pk=job_id), worker="w:1", lease_seconds=30)
+    assert lease is not None
+    job_complete(lease, result={}, local_effects=[])
+
+
+def test_metrics_per_kind_durations__backdated_successes(user: Any) -> None:
+    """Latency (accept to success) and run time (first start to success) per kind, over the
+    jobs that succeeded in the last 5 minutes; older successes and other states count not."""
+    now = timezone.now()
+    for kind, accepted_ago, started_ago in (
+        ("noop", 10.0, 4.0),
+        ("noop", 30.0, 6.0),
+        ("noop", 20.0, 5.0),
+        ("drill.sleep", 3.0, 1.0),
+    ):
+        job = jobs.submit(kind=kind, input={}, owner=user)
+        _succeed(job.pk)
+        Job.objects.filter(pk=job.pk).update(
+            created_at=now - timedelta(seconds=accepted_ago),
+            started_at=now - timedelta(seconds=started_ago),
+            finished_at=now,
+        )
+    old = jobs.submit(kind="noop", input={}, owner=user)  # succeeded 10 minutes ago
+    _succeed(old.pk)
+    Job.objects.filter(pk=old.pk).update(
+        created_at=now - timedelta(hours=1),
+        finished_at=now - timedelta(minutes=10),
+    )
+    jobs.submit(kind="drill.sleep", input={}, owner=user)  # still waiting
+    client = Client()
+    client.force_login(_staff())
+    m = _scrape(client)
+
+    def q(name: str, kind: str, quantile: str) -> float:
+        return m[(name, (("kind", kind), ("quantile", quantile)))]
+
+    assert q("jobs_kind_latency_seconds", "noop", "0.5") == pytest.approx(20.0, abs=0.5)
+    assert q("jobs_kind_run_seconds", "noop", "0.5") == pytest.approx(5.0, abs=0.5)
+    assert 20.0 < q("jobs_kind_latency_seconds", "noop", "0.99") <= 30.5
+    assert q("jobs_kind_latency_seconds", "drill.sleep", "0.5") == pytest.approx(3.0, abs=0.5)
+    assert q("jobs_kind_run_seconds", "drill.sleep", "0.95") == pytest.approx(1.0, abs=0.5)
+    kinds = {dict(labels)["kind"] for name, labels in m if name == "jobs_kind_run_seconds"}
+    assert kinds == {"noop", "drill.sleep"}
