@@ -307,73 +307,87 @@ def job_submit(
         replay_of=replay_of,
         run_after=run_after,
     )
-    existing = _existing_for_replay(
-        owner=owner,
-        tenant=tenant,
-        idempotency_key=idempotency_key,
-        kind=kind,
-        business_key=business_key,
-        input_version=input_version,
-    )
-    if existing is not None:
-        return _check_replay(existing, new.job.request_fingerprint)
-    job, accepted, later, spec = new.job, new.accepted, new.later, new.spec
+    lookup: dict[str, Any] = {
+        "owner": owner,
+        "tenant": tenant,
+        "idempotency_key": idempotency_key,
+        "kind": kind,
+        "business_key": business_key,
+        "input_version": input_version,
+    }
+    replayed = _replayed(new, lookup)
+    if replayed is not None:
+        return replayed
     try:
-        if (
-            serialization_key
-            and not business_key
-            and not connection.in_atomic_block
-            and new.keys == [dispatch.serial_lock_key(serialization_key)]
-        ):
-            # A key and no other rule: admission, job, event and (if admitted) the outbox
-            # row in one statement and commit.
-            keyed = dispatch.job_execute_message(job, available_at=later)
-            if insert_admitted(
-                job, accepted, keyed, lock_keys=new.keys, serialization_key=serialization_key
-            ):
-                outbox_after_commit(keyed)
-        elif business_key or new.keys or connection.in_atomic_block:
-            # Older versions to supersede, admission rules to check under their locks, or the
-            # caller's own rows: one transaction.
-            with transaction.atomic():
-                if business_key:
-                    # Insert first: the job's unique entry makes a racing submit of the same
-                    # logical job wait for us, so only the winner cancels older versions (one
-                    # of which may be the head of the serialization key: before admission).
-                    insert_together(job, accepted)
-                    _supersede_older_versions(job)
-                    if dispatch.admission_open(job, spec):
-                        job_enqueue_execute(job, available_at=later)
-                else:
-                    # Admission first, under its locks; the outbox row, if any, then goes in
-                    # the same statement as the job.
-                    admitted = dispatch.admission_open(job, spec)
-                    message = (
-                        dispatch.job_execute_message(job, available_at=later) if admitted else None
-                    )
-                    insert_together(job, accepted, *([message] if message else []))
-                    if message is not None:
-                        outbox_after_commit(message)
-        else:
-            # Nothing else to decide: job, event and outbox row in one statement and commit.
-            message = dispatch.job_execute_message(job, available_at=later)
-            insert_together(job, accepted, message)
-            outbox_after_commit(message)
+        _insert_new(new, serialization_key=serialization_key, business_key=business_key)
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
-        existing = _existing_for_replay(
-            owner=owner,
-            tenant=tenant,
-            idempotency_key=idempotency_key,
-            kind=kind,
-            business_key=business_key,
-            input_version=input_version,
-        )
-        if existing is None:
+        replayed = _replayed(new, lookup)
+        if replayed is None:
             raise
-        return _check_replay(existing, new.job.request_fingerprint)
-    job.replayed = False
-    return job
+        return replayed
+    new.job.replayed = False
+    return new.job
+
+
+def _replayed(new: NewJob, lookup: dict[str, Any]) -> Job | None:
+    """The job this submit repeats (`_existing_for_replay`), checked against its request."""
+    existing = _existing_for_replay(**lookup)
+    return None if existing is None else _check_replay(existing, new.job.request_fingerprint)
+
+
+def _insert_new(new: NewJob, *, serialization_key: str | None, business_key: str | None) -> None:
+    """Write the new job's rows by the cheapest strategy its rules allow."""
+    if (
+        serialization_key
+        and not business_key
+        and not connection.in_atomic_block
+        and new.keys == [dispatch.serial_lock_key(serialization_key)]
+    ):
+        _insert_keyed(new, serialization_key)
+    elif business_key or new.keys or connection.in_atomic_block:
+        # Older versions to supersede, admission rules to check under their locks, or the
+        # caller's own rows: one transaction.
+        with transaction.atomic():
+            if business_key:
+                _insert_superseding(new)
+            else:
+                _insert_under_admission(new)
+    else:
+        # Nothing else to decide: job, event and outbox row in one statement and commit.
+        message = dispatch.job_execute_message(new.job, available_at=new.later)
+        insert_together(new.job, new.accepted, message)
+        outbox_after_commit(message)
+
+
+def _insert_keyed(new: NewJob, serialization_key: str) -> None:
+    """A key and no other rule: admission, job, event and (if admitted) the outbox row in one
+    statement and commit."""
+    keyed = dispatch.job_execute_message(new.job, available_at=new.later)
+    if insert_admitted(
+        new.job, new.accepted, keyed, lock_keys=new.keys, serialization_key=serialization_key
+    ):
+        outbox_after_commit(keyed)
+
+
+def _insert_superseding(new: NewJob) -> None:
+    """Insert first: the job's unique entry makes a racing submit of the same logical job
+    wait for us, so only the winner cancels older versions (one of which may be the head of
+    the serialization key: before admission)."""
+    insert_together(new.job, new.accepted)
+    _supersede_older_versions(new.job)
+    if dispatch.admission_open(new.job, new.spec):
+        job_enqueue_execute(new.job, available_at=new.later)
+
+
+def _insert_under_admission(new: NewJob) -> None:
+    """Admission first, under its locks; the outbox row, if any, then goes in the same
+    statement as the job."""
+    admitted = dispatch.admission_open(new.job, new.spec)
+    message = dispatch.job_execute_message(new.job, available_at=new.later) if admitted else None
+    insert_together(new.job, new.accepted, *([message] if message else []))
+    if message is not None:
+        outbox_after_commit(message)
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:
