@@ -7,6 +7,7 @@ to a file (tests/tracing_export.py). Assertions are on real ids: trace ids and p
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,13 @@ def _ids(traceparent: str) -> tuple[str, str]:
     return trace_id, span_id
 
 
+def _root(job: Job) -> tuple[str, str]:
+    """(trace id, span id) of the job's root span, from the context stored with it."""
+    stored = Job.objects.get(pk=job.pk).trace_context
+    assert stored is not None
+    return _ids(stored["traceparent"])
+
+
 def _submit_in_request(spans: Spans, user: Any, kind: str, **input: Any) -> tuple[Job, Any]:
     with spans.provider.get_tracer("test").start_as_current_span("request") as request:
         job = jobs.submit(kind=kind, input=input, owner=user)
@@ -128,11 +136,43 @@ def test_submit_in_a_span__root_is_its_child_and_delivery_spans_join(
     assert all("n" not in r["attributes"] and "input" not in str(r) for r in records)
 
 
+def test_a_django_request__the_jobs_root_span_is_a_child_of_the_request_span(
+    spans: Spans, alice: Any
+) -> None:
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    from tests.integration.api_helpers import token_client
+
+    instrumentor = DjangoInstrumentor()
+    instrumentor.instrument(tracer_provider=spans.provider)
+    try:
+        response = token_client(alice).post(
+            "/api/jobs/",
+            data=json.dumps({"kind": "trace.alone", "input": {"n": 6}}),
+            content_type="application/json",
+        )
+    finally:
+        instrumentor.uninstrument()
+    assert response.status_code == 202, response.content
+    job_id = response.json()["id"]
+    records = spans.records()
+    submit = _one(records, "jobs.submit", **{"job.id": job_id})
+    [request] = [r for r in records if r["span_id"] == submit["parent_id"]]
+    assert request["trace_id"] == submit["trace_id"]
+    method = request["attributes"].get("http.method") or request["attributes"].get(
+        "http.request.method"
+    )
+    assert method == "POST"  # the instrumentation's server span (old or new semconv names)
+    stored = Job.objects.get(pk=job_id).trace_context
+    assert stored is not None
+    assert _ids(stored["traceparent"]) == (submit["trace_id"], submit["span_id"])
+
+
 def test_a_delivery_without_hints__takes_the_context_stored_with_the_job(
     spans: Spans, user: Any
 ) -> None:
     job, _ = _submit_in_request(spans, user, "trace.alone", n=2)
-    trace_id, root_id = _ids(Job.objects.get(pk=job.pk).trace_context["traceparent"])
+    trace_id, root_id = _root(job)
 
     assert runtime.execute(job.pk).outcome is Outcome.SUCCEEDED  # a message with no hints
 
@@ -192,7 +232,7 @@ def _done(job: Job) -> bool:
 def _worker_spans(path: Path, name: str, count: int) -> list[dict[str, Any]]:
     wait_until(
         lambda: len([s for s in read_spans(path) if s["name"] == name]) >= count,
-        timeout=30,
+        timeout=60,
         what=f"{count} {name} span(s) in the processes' file",
     )
     return read_spans(path)
@@ -204,7 +244,7 @@ def test_real_relay_and_worker__one_job_is_one_trace_with_the_right_parents(
     spans_file = tmp_path / "spans.jsonl"
     job, request = _submit_in_request(spans, user, "trace.alone", n=3)
     _worker_and_relay(harness, spans_file)
-    wait_until(lambda: _done(job), timeout=30, what="the job to succeed on the real worker")
+    wait_until(lambda: _done(job), timeout=60, what="the job to succeed on the real worker")
     records = spans.records() + _worker_spans(spans_file, "jobs.run", 1)
 
     submit = _one(records, "jobs.submit")
@@ -231,7 +271,7 @@ def test_a_retry__the_second_attempt_is_in_the_same_trace(
     spans_file = tmp_path / "spans.jsonl"
     job, request = _submit_in_request(spans, user, "trace.alone", n=4, fail_times=1)
     _worker_and_relay(harness, spans_file)
-    wait_until(lambda: _done(job), timeout=30, what="the job to succeed on its second attempt")
+    wait_until(lambda: _done(job), timeout=60, what="the job to succeed on its second attempt")
     records = spans.records() + _worker_spans(spans_file, "jobs.run", 2)
 
     submit = _one(records, "jobs.submit")
@@ -258,13 +298,10 @@ def test_a_batch_message__links_to_each_job_and_each_run_is_in_its_own_trace(
 ) -> None:
     spans_file = tmp_path / "spans.jsonl"
     submitted = [_submit_in_request(spans, user, "trace.batch", n=n)[0] for n in range(3)]
-    roots = {
-        str(job.pk): _ids(Job.objects.get(pk=job.pk).trace_context["traceparent"])
-        for job in submitted
-    }
+    roots = {str(job.pk): _root(job) for job in submitted}
     assert len({trace_id for trace_id, _ in roots.values()}) == 3  # a trace per job
     _worker_and_relay(harness, spans_file)
-    wait_until(lambda: all(_done(job) for job in submitted), timeout=30, what="the batch's jobs")
+    wait_until(lambda: all(_done(job) for job in submitted), timeout=60, what="the batch's jobs")
     records = _worker_spans(spans_file, "jobs.run", 3)
 
     publish = _one(records, "outbox.publish")
