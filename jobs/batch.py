@@ -262,19 +262,7 @@ def execute_many(
     """Deliver the jobs of one batch message (module docstring); returns one report each."""
     owner = worker or lease_owner_token()
     started = time.monotonic()
-    plain: list[tuple[UUID, registry.KindSpec]] = []
-    aside: list[dict[str, Any]] = []
-    hints: dict[UUID, dict[str, Any]] = {}
-    for item in items:
-        job_id = _job_id(item)
-        if job_id is None or job_id in hints:
-            continue  # the same job twice in one message: one delivery
-        hints[job_id] = item
-        spec = dispatch.batch_spec(item)
-        if spec is None:
-            aside.append(item)
-        else:
-            plain.append((job_id, spec))
+    hints, plain, aside = _sorted_items(items)
     claimed, duplicates, others = tracing.traced(
         "jobs.claim_many",
         lambda: runtime.claim_reconnecting(lambda: claim_many(plain, worker=owner)),
@@ -284,25 +272,60 @@ def execute_many(
     if duplicates:
         signal_increment(DUPLICATE_DELIVERIES, by=len(duplicates))
     if claimed:
-        failpoint("worker.batch_after_claim")
-        run_claimed(claimed)
-        failpoint("worker.batch_before_commit")
-        tracing.traced(
-            "jobs.group_commit",
-            lambda: retried_when_refused(lambda: group_commit(claimed), what="the group commit"),
+        reports += _run_and_commit(claimed)
+    return reports + _one_by_one(aside, started=started)
+
+
+def _sorted_items(
+    items: list[dict[str, Any]],
+) -> tuple[dict[UUID, dict[str, Any]], list[tuple[UUID, registry.KindSpec]], list[dict[str, Any]]]:
+    """The message's items by job id (a job named twice is one delivery), split into those the
+    batch claim may take and those delivered one by one."""
+    hints: dict[UUID, dict[str, Any]] = {}
+    plain: list[tuple[UUID, registry.KindSpec]] = []
+    aside: list[dict[str, Any]] = []
+    for item in items:
+        job_id = _job_id(item)
+        if job_id is None or job_id in hints:
+            continue
+        hints[job_id] = item
+        spec = dispatch.batch_spec(item)
+        if spec is None:
+            aside.append(item)
+        else:
+            plain.append((job_id, spec))
+    return hints, plain, aside
+
+
+def _run_and_commit(claimed: list[Claimed]) -> list[ExecutionReport]:
+    """Steps 3-4 for the claimed jobs: run each, commit every outcome together, report."""
+    failpoint("worker.batch_after_claim")
+    run_claimed(claimed)
+    failpoint("worker.batch_before_commit")
+    tracing.traced(
+        "jobs.group_commit",
+        lambda: retried_when_refused(lambda: group_commit(claimed), what="the group commit"),
+    )
+    failpoint("worker.after_complete_before_ack")
+    stale = [j.lease for j in claimed if (j.verdict or _LOST).outcome is Outcome.STALE]
+    if stale:
+        dispatch.send_again_if_claim_lost(stale)
+    reports = []
+    for job in claimed:
+        verdict = job.verdict or _LOST
+        runtime.log_verdict(job.lease, verdict)
+        if verdict.outcome is not Outcome.STALE:
+            runtime.after_outcome(job.spec, job.lease, verdict.outcome)
+        reports.append(
+            ExecutionReport(verdict.outcome, str(job.lease.job_id), job.lease.generation)
         )
-        failpoint("worker.after_complete_before_ack")
-        stale = [j.lease for j in claimed if (j.verdict or _LOST).outcome is Outcome.STALE]
-        if stale:
-            dispatch.send_again_if_claim_lost(stale)
-        for job in claimed:
-            verdict = job.verdict or _LOST
-            runtime.log_verdict(job.lease, verdict)
-            if verdict.outcome is not Outcome.STALE:
-                runtime.after_outcome(job.spec, job.lease, verdict.outcome)
-            reports.append(
-                ExecutionReport(verdict.outcome, str(job.lease.job_id), job.lease.generation)
-            )
+    return reports
+
+
+def _one_by_one(aside: list[dict[str, Any]], *, started: float) -> list[ExecutionReport]:
+    """The items the batch claim left: each delivered alone while the batch's budget lasts;
+    the rest get a message of their own."""
+    reports: list[ExecutionReport] = []
     late: list[UUID] = []
     for item in aside:
         if time.monotonic() - started >= jobs_settings.BATCH_BUDGET_SECONDS:
