@@ -17,7 +17,7 @@ from outbox.fastpath import writing
 
 from . import bulk, dispatch
 from .models import Job
-from .services import _job_check, job_submit
+from .submission import _job_check, job_submit
 
 # What a submit_many request may name, and the defaults of what it leaves out: job_submit's
 # keywords, read from its signature so the two never drift apart.

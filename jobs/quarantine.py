@@ -17,10 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import registry
+from .dispatch import job_enqueue_execute
 from .exceptions import InvalidTransition, ValidationFailed
 from .models import Job, QuarantineRecord, QuarantineStatus
-from .services import job_enqueue_execute, job_submit, job_transition
+from .services import job_transition
 from .states import JobState
+from .submission import job_submit
 
 
 @dataclass(frozen=True)

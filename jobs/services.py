@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from outbox.fastpath import writing
-from outbox.services import outbox_after_commit
-
-from . import dispatch, registry, tracing
-from .conf import jobs_settings
+from . import dispatch, submission
 from .events import job_event_new, job_event_record
-from .exceptions import IdempotencyConflict, InputTooLarge, InvalidTransition
-from .inserts import insert_admitted, insert_together
+from .exceptions import InvalidTransition
 from .leases import Lease
 from .lifecycle import (
     job_cancel_finish,
@@ -31,14 +21,14 @@ from .lifecycle import (
     job_release_incompatible,
     job_retry_schedule,
 )
-from .models import Job, JobEvent, StoredObject, Tenant
-from .nesting import input_depth_check
+from .models import Job
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
 
 EXECUTE_TASK = dispatch.EXECUTE_TASK
 job_enqueue_execute = dispatch.job_enqueue_execute
+job_submit = submission.job_submit
 
 # Leaving a lease lives in jobs.lifecycle; these names stay importable from here.
 __all__ = [
@@ -53,341 +43,6 @@ __all__ = [
     "job_submit",
     "job_transition",
 ]
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def job_request_fingerprint(
-    *,
-    kind: str,
-    input: Any,
-    business_key: str | None,
-    input_version: int,
-    serialization_key: str | None,
-    input_ref: UUID | None,
-    tenant_id: int | None,
-) -> str:
-    """What makes two submissions 'the same request' for idempotency."""
-    body = {
-        "kind": kind,
-        "input": input,
-        "business_key": business_key,
-        "input_version": input_version,
-        "serialization_key": serialization_key,
-        "input_ref": str(input_ref) if input_ref else None,
-        "tenant": tenant_id,
-    }
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()
-
-
-def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
-    """Where a business key is unique: the tenant, or the owner for personal jobs."""
-    if tenant_id is not None:
-        return Q(tenant_id=tenant_id)
-    return Q(tenant__isnull=True, owner_id=owner_id)
-
-
-def _existing_for_replay(
-    *,
-    owner: User,
-    tenant: Tenant | None,
-    idempotency_key: str | None,
-    kind: str,
-    business_key: str | None,
-    input_version: int,
-) -> Job | None:
-    if idempotency_key:
-        found = Job.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
-        if found is not None:
-            return found
-    if business_key:
-        scope = logical_scope(owner_id=owner.pk, tenant_id=tenant.pk if tenant else None)
-        return (
-            Job.objects.filter(scope)
-            .filter(kind=kind, business_key=business_key, input_version=input_version)
-            .first()
-        )
-    return None
-
-
-def _check_replay(existing: Job, fingerprint: str) -> Job:
-    if existing.request_fingerprint != fingerprint:
-        if existing.idempotency_key:
-            raise IdempotencyConflict(
-                "this Idempotency-Key was already used with a different request body; "
-                "use a new key for a new request"
-            )
-        raise IdempotencyConflict(
-            "a job for this kind, business_key and input_version already exists with a "
-            "different request; submit a new input_version to change it"
-        )
-    existing.replayed = True
-    return existing
-
-
-def _supersede_older_versions(job: Job) -> None:
-    """A newer input version makes queued older versions of one business key pointless."""
-    if not job.business_key:
-        return
-    now = timezone.now()
-    older = list(
-        Job.objects.select_for_update(skip_locked=True)
-        .filter(logical_scope(owner_id=job.owner_id, tenant_id=job.tenant_id))
-        .filter(
-            kind=job.kind,
-            business_key=job.business_key,
-            input_version__lt=job.input_version,
-            state__in=[s.value for s in CLAIMABLE],
-        )
-    )
-    for old in older:
-        updated = Job.objects.filter(pk=old.pk, state=old.state).update(
-            state=JobState.CANCELLED.value,
-            finished_at=now,
-            error_category="superseded",
-            error_message=f"superseded by input version {job.input_version} ({job.pk})",
-            updated_at=now,
-        )
-        if updated:
-            job_event_record(
-                old,
-                from_state=old.state,
-                to_state=JobState.CANCELLED.value,
-                reason=f"superseded by input version {job.input_version}",
-                details={"superseded_by": str(job.pk)},
-            )
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """A checked submission, not saved yet: the job, its `accepted` event, and more."""
-
-    spec: registry.KindSpec
-    job: Job
-    accepted: JobEvent
-    later: datetime | None  # the outbox row's due time; None: now (fast path)
-    keys: list[str]  # admission locks to take (serialization key, caps)
-
-
-def _job_check(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None,
-    business_key: str | None,
-    input_version: int,
-    serialization_key: str | None,
-    input_ref: StoredObject | None,
-) -> tuple[registry.KindSpec, str]:
-    """Check a submission (size, schema, tenant of referenced rows): its kind and fingerprint."""
-    spec = registry.kind_latest(kind)
-    try:
-        encoded: bytes | None = _canonical(input).encode()
-    except RecursionError:  # json's own bound, far beyond JOBS_MAX_INPUT_DEPTH
-        encoded = None
-    encoded = input_depth_check(encoded)
-    if len(encoded) > jobs_settings.MAX_INPUT_BYTES:
-        raise InputTooLarge(
-            f"input is {len(encoded)} bytes, over JOBS_MAX_INPUT_BYTES="
-            f"{jobs_settings.MAX_INPUT_BYTES}; upload it and pass an object reference"
-        )
-    spec.validate(input)
-    if spec.authorize_submit is not None:
-        # Ids in the input must name rows of the job's tenant: Forbidden, a 404 through the API.
-        spec.authorize_submit(owner=owner, tenant=tenant, input=input)
-    fingerprint = job_request_fingerprint(
-        kind=kind,
-        input=input,
-        business_key=business_key,
-        input_version=input_version,
-        serialization_key=serialization_key,
-        input_ref=input_ref.pk if input_ref else None,
-        tenant_id=tenant.pk if tenant else None,
-    )
-    return spec, fingerprint
-
-
-def _job_new(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None,
-    business_key: str | None,
-    input_version: int,
-    idempotency_key: str | None,
-    serialization_key: str | None,
-    input_ref: StoredObject | None,
-    replay_of: Job | None,
-    run_after: datetime | None,
-) -> NewJob:
-    """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
-    spec, fingerprint = _job_check(
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
-    )
-    now = timezone.now()
-    due = max(now, run_after) if run_after is not None else now
-    keys = dispatch.admission_lock_keys(
-        kind=kind,
-        tenant_id=tenant.pk if tenant else None,
-        serialization_key=serialization_key,
-        spec=spec,
-    )
-    job = Job(
-        kind=kind,
-        kind_version=spec.version,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        idempotency_key=idempotency_key,
-        request_fingerprint=fingerprint,
-        input=input,
-        input_ref=input_ref,
-        serialization_key=serialization_key,
-        replay_of=replay_of,
-        state=JobState.QUEUED.value,
-        max_attempts=spec.policy.max_attempts,
-        next_attempt_at=due,
-        deadline=due + timedelta(seconds=spec.policy.max_elapsed),
-    )
-    tracing.job_trace_begin(job)
-    accepted = job_event_new(
-        job,
-        from_state="",
-        to_state=JobState.QUEUED.value,
-        reason="accepted",
-        details={"run_after": run_after.isoformat()} if run_after is not None else None,
-    )
-    return NewJob(spec, job, accepted, due if due > now else None, keys)
-
-
-@writing()  # company for the fast path's publisher: rows of concurrent submits share messages
-def job_submit(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None = None,
-    business_key: str | None = None,
-    input_version: int = 1,
-    idempotency_key: str | None = None,
-    serialization_key: str | None = None,
-    input_ref: StoredObject | None = None,
-    replay_of: Job | None = None,
-    run_after: datetime | None = None,
-) -> Job:
-    """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
-
-    A replay (same idempotency key per owner, or the same kind/business_key/input_version)
-    returns the existing job with `replayed=True`; the same key with a different request
-    raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
-    the elapsed budget starts then).
-    """
-    new = _job_new(
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        idempotency_key=idempotency_key,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
-        replay_of=replay_of,
-        run_after=run_after,
-    )
-    lookup: dict[str, Any] = {
-        "owner": owner,
-        "tenant": tenant,
-        "idempotency_key": idempotency_key,
-        "kind": kind,
-        "business_key": business_key,
-        "input_version": input_version,
-    }
-    replayed = _replayed(new, lookup)
-    if replayed is not None:
-        return replayed
-    try:
-        _insert_new(new, serialization_key=serialization_key, business_key=business_key)
-    except IntegrityError:
-        # A concurrent submit of the same key or logical job won the unique index.
-        replayed = _replayed(new, lookup)
-        if replayed is None:
-            raise
-        return replayed
-    new.job.replayed = False
-    return new.job
-
-
-def _replayed(new: NewJob, lookup: dict[str, Any]) -> Job | None:
-    """The job this submit repeats (`_existing_for_replay`), checked against its request."""
-    existing = _existing_for_replay(**lookup)
-    return None if existing is None else _check_replay(existing, new.job.request_fingerprint)
-
-
-def _insert_new(new: NewJob, *, serialization_key: str | None, business_key: str | None) -> None:
-    """Write the new job's rows by the cheapest strategy its rules allow."""
-    if (
-        serialization_key
-        and not business_key
-        and not connection.in_atomic_block
-        and new.keys == [dispatch.serial_lock_key(serialization_key)]
-    ):
-        _insert_keyed(new, serialization_key)
-    elif business_key or new.keys or connection.in_atomic_block:
-        # Older versions to supersede, admission rules to check under their locks, or the
-        # caller's own rows: one transaction.
-        with transaction.atomic():
-            if business_key:
-                _insert_superseding(new)
-            else:
-                _insert_under_admission(new)
-    else:
-        # Nothing else to decide: job, event and outbox row in one statement and commit.
-        message = dispatch.job_execute_message(new.job, available_at=new.later)
-        insert_together(new.job, new.accepted, message)
-        outbox_after_commit(message)
-
-
-def _insert_keyed(new: NewJob, serialization_key: str) -> None:
-    """A key and no other rule: admission, job, event and (if admitted) the outbox row in one
-    statement and commit."""
-    keyed = dispatch.job_execute_message(new.job, available_at=new.later)
-    if insert_admitted(
-        new.job, new.accepted, keyed, lock_keys=new.keys, serialization_key=serialization_key
-    ):
-        outbox_after_commit(keyed)
-
-
-def _insert_superseding(new: NewJob) -> None:
-    """Insert first: the job's unique entry makes a racing submit of the same logical job
-    wait for us, so only the winner cancels older versions (one of which may be the head of
-    the serialization key: before admission)."""
-    insert_together(new.job, new.accepted)
-    _supersede_older_versions(new.job)
-    if dispatch.admission_open(new.job, new.spec):
-        job_enqueue_execute(new.job, available_at=new.later)
-
-
-def _insert_under_admission(new: NewJob) -> None:
-    """Admission first, under its locks; the outbox row, if any, then goes in the same
-    statement as the job."""
-    admitted = dispatch.admission_open(new.job, new.spec)
-    message = dispatch.job_execute_message(new.job, available_at=new.later) if admitted else None
-    insert_together(new.job, new.accepted, *([message] if message else []))
-    if message is not None:
-        outbox_after_commit(message)
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:

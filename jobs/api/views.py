@@ -19,8 +19,9 @@ from rest_framework.views import APIView
 
 from jobs.conf import jobs_settings
 from jobs.selectors import jobs_visible_to
-from jobs.services import job_cancel, job_submit
+from jobs.services import job_cancel
 from jobs.states import FINISHED, ClientStatus, JobState, states_for_client_status
+from jobs.submission import job_submit
 
 from . import schema  # noqa: F401  (registers the drf-spectacular extensions)
 from .base import LibraryApiSettings, extend_schema

@@ -30,7 +30,7 @@ from django.utils.module_loading import import_string
 
 from jobs import registry
 from jobs.registry import KindSpec
-from jobs.services import job_submit
+from jobs.submission import job_submit
 
 from .execution import json_round_trip
 from .kinds import NAME, TaskKind, task_spec

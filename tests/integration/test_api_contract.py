@@ -15,7 +15,7 @@ from demo.kinds import REPORT_SCHEMA
 from jobs import registry
 from jobs.conf import jobs_settings
 from jobs.models import Job, StoredObject, Tenant
-from jobs.services import _canonical
+from jobs.submission import _canonical
 from tests.integration.api_helpers import error_code, submit, token_client
 
 pytestmark = pytest.mark.django_db
