@@ -1,4 +1,4 @@
-"""Job, its event trail, the effect ledger, quarantine, tenants and stored objects."""
+"""A job, its event trail, its tenant and the stored objects it may read."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .ids import uuid7
-from .states import ACTIVE, CLAIMABLE, TERMINAL, JobState, choices
+from jobs.ids import uuid7
+from jobs.states import ACTIVE, CLAIMABLE, TERMINAL, JobState, choices
 
 
 def _in(states: frozenset[JobState] | set[JobState]) -> list[str]:
@@ -254,148 +254,3 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state} (gen {self.generation})"
-
-
-class EffectState(models.TextChoices):
-    PENDING = "pending"  # recorded before the external call; outcome not known yet
-    APPLIED = "applied"  # the call succeeded; never called again
-    UNCERTAIN = "uncertain"  # the call may have happened (timeout): retry with the same key
-    FAILED = "failed"  # the call definitely failed: retry with the same key
-
-
-class EffectLedgerEntry(models.Model):
-    """One business effect per (job, input version, name), with its provider idempotency key."""
-
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="effects")
-    input_version = models.PositiveIntegerField()
-    name = models.CharField(max_length=100)
-    idempotency_key = models.CharField(max_length=200, unique=True)
-    local = models.BooleanField(default=False)
-    state = models.CharField(max_length=20, choices=EffectState.choices)
-    generation = models.PositiveBigIntegerField()
-    calls = models.PositiveIntegerField(default=0)
-    outcome = models.JSONField(null=True, blank=True)
-    last_error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    applied_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name_plural = "effect ledger entries"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["job", "input_version", "name"], name="jobs_effect_unique_key"
-            ),
-            models.CheckConstraint(
-                name="jobs_effect_applied_has_time",
-                condition=~Q(state="applied") | Q(applied_at__isnull=False),
-            ),
-        ]
-        indexes = [
-            models.Index(
-                fields=["updated_at"],
-                condition=Q(state__in=["pending", "uncertain"]),
-                name="jobs_effect_open_idx",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.idempotency_key} [{self.state}]"
-
-
-class QuarantineStatus(models.TextChoices):
-    OPEN = "open"  # waiting for an operator decision
-    REDRIVEN = "redriven"  # retried with the same input version
-    CORRECTED = "corrected"  # replayed as a new input version
-    DISCARDED = "discarded"  # marked failed for good
-
-
-class QuarantineRecord(models.Model):
-    """Why a job stopped and who must decide; never the raw payload."""
-
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="quarantines")
-    kind = models.CharField(max_length=100)
-    reason = models.CharField(max_length=500)
-    category = models.CharField(max_length=50)
-    input_version = models.PositiveIntegerField()
-    attempts = models.PositiveIntegerField()
-    generation = models.PositiveBigIntegerField()
-    last_attempt_at = models.DateTimeField(null=True, blank=True)
-    responsible = models.CharField(max_length=200)
-    status = models.CharField(
-        max_length=20, choices=QuarantineStatus.choices, default=QuarantineStatus.OPEN
-    )
-    resolution_note = models.TextField(blank=True, default="")
-    resolved_by = models.CharField(max_length=200, blank=True, default="")
-    resolved_at = models.DateTimeField(null=True, blank=True)
-    replacement = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        permissions = [("redrive_quarantinerecord", "Can redrive or discard quarantined jobs")]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["job"],
-                condition=Q(status="open"),
-                name="jobs_quarantine_one_open_per_job",
-            ),
-            models.CheckConstraint(
-                name="jobs_quarantine_resolved_has_time",
-                condition=Q(status="open") | Q(resolved_at__isnull=False),
-            ),
-        ]
-        indexes = [models.Index(fields=["status", "-created_at"], name="jobs_quar_status_idx")]
-
-    def __str__(self) -> str:
-        return f"quarantine {self.job_id}: {self.reason}"
-
-
-class Signal(models.Model):
-    """Cross-process counters of rare events (stale writes, duplicate deliveries...)."""
-
-    name = models.CharField(max_length=100)
-    label = models.CharField(max_length=100, blank=True, default="")
-    value = models.PositiveBigIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["name", "label"], name="jobs_signal_unique_name")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name}{{{self.label}}}={self.value}"
-
-
-class WorkerHeartbeat(models.Model):
-    """Workers seen recently (for the ops page): one row per worker name."""
-
-    name = models.CharField(max_length=200, primary_key=True)
-    hostname = models.CharField(max_length=200)
-    pid = models.PositiveIntegerField()
-    started_at = models.DateTimeField()
-    seen_at = models.DateTimeField()
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class DrainSample(models.Model):
-    """One redelivery check's estimate of how long the due backlog needs (jobs.redeliver).
-
-    A message's delivery deadline is set by the largest estimate since it was published, so
-    the few hundred newest samples are kept and older ones pruned by the check itself."""
-
-    id = models.BigAutoField(primary_key=True)
-    taken_at = models.DateTimeField()
-    backlog = models.PositiveIntegerField()
-    drain_rate = models.FloatField()  # completions per second over the last minute
-    wait_seconds = models.FloatField()  # +inf: nothing drains while workers are busy
-    # Where this run's window of due jobs ended: the next run goes on from there.
-    scan_after_due = models.DateTimeField(null=True, blank=True)
-    scan_after_id = models.UUIDField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"drain sample {self.taken_at:%H:%M:%S} wait={self.wait_seconds:.1f}s"

@@ -1,0 +1,20 @@
+"""Job, its event trail, the effect ledger, quarantine, tenants and stored objects (one
+module per concern; every model is importable from here, as Django expects)."""
+
+from jobs.models.job import Job, JobEvent, StoredObject, Tenant
+from jobs.models.ledger import EffectLedgerEntry, EffectState, QuarantineRecord, QuarantineStatus
+from jobs.models.ops import DrainSample, Signal, WorkerHeartbeat
+
+__all__ = [
+    "DrainSample",
+    "EffectLedgerEntry",
+    "EffectState",
+    "Job",
+    "JobEvent",
+    "QuarantineRecord",
+    "QuarantineStatus",
+    "Signal",
+    "StoredObject",
+    "Tenant",
+    "WorkerHeartbeat",
+]
