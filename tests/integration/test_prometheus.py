@@ -289,6 +289,24 @@ class Prometheus:
 @pytest.fixture
 def prometheus(live_server: Any, settings: Any) -> Iterator[Prometheus]:
     """A real Prometheus scraping the live server's /metrics every second with the token."""
+    yield from _prometheus(live_server, settings, pending_for=None)
+
+
+# Every `for:` of the time-scaled rules: long enough for two evaluations at 1 s.
+SCALED_FOR = "3s"
+
+
+@pytest.fixture
+def prometheus_scaled(live_server: Any, settings: Any) -> Iterator[Prometheus]:
+    """The same, evaluating a copy of alerts.yml whose every `for:` is SCALED_FOR: the same
+    expressions on the same real series, so a fault's alert fires within a test's patience
+    (the real durations are promtool's unit tests: alerts_test.yml)."""
+    yield from _prometheus(live_server, settings, pending_for=SCALED_FOR)
+
+
+def _prometheus(
+    live_server: Any, settings: Any, *, pending_for: str | None
+) -> Iterator[Prometheus]:
     settings.JOBS_METRICS_TOKEN = TOKEN
     binary = tool("prometheus")
     port = free_port()
@@ -297,6 +315,13 @@ def prometheus(live_server: Any, settings: Any) -> Iterator[Prometheus]:
     token_file.write_text(TOKEN)
     target = urllib.parse.urlsplit(live_server.url).netloc
     config = prometheus_config(target=target, token_file=token_file, interval="1s")
+    if pending_for is not None:
+        rules = yaml.safe_load(ALERTS.read_text())
+        for group in rules["groups"]:
+            for rule in group["rules"]:
+                rule["for"] = pending_for
+        (workdir / ALERTS.name).write_text(yaml.safe_dump(rules))
+        config["rule_files"] = [str(workdir / ALERTS.name)]
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     log = (workdir / "prometheus.log").open("w")
     process = subprocess.Popen(
@@ -404,3 +429,32 @@ def test_real_prometheus_scrapes_values_and_moves_the_alerts_of_real_faults(
         names = metric_names(expr) - {"up"}
         assert names <= scraped | {"jobs_incompatible_deployment_total"}, (expr, names - scraped)
         prometheus.api("query", query=as_instant(expr))
+
+
+@needs_database
+def test_relay_stopped_and_a_poison_job__their_alerts_fire__scaled_for(
+    prometheus_scaled: Prometheus, user: Any, settings: Any
+) -> None:
+    """The relay is stopped with work accepted (no relay runs, the fast path is off) and a
+    poison job is quarantined: JobsRelayNotPublishing and JobsQuarantineWaiting fire once
+    their `for:` has passed; so does JobsNoLiveWorker (no worker runs). No other alert leaves
+    inactive."""
+    settings.OUTBOX_FAST_PATH = False
+    jobs.submit(kind="noop", input={"n": 1}, owner=user)
+    poison = jobs.submit(kind="drill.malformed", input={"document_id": "x"}, owner=user)
+    assert execute(poison.pk).outcome is Outcome.QUARANTINED
+    wait_until(prometheus_scaled.target_up, timeout=30, what="a successful scrape")
+
+    expected = {
+        "JobsRelayNotPublishing": "firing",
+        "JobsQuarantineWaiting": "firing",
+        "JobsNoLiveWorker": "firing",
+    }
+    wait_until(
+        lambda: prometheus_scaled.alert_states() == expected,
+        timeout=30,
+        what=f"alert states {expected}",
+    )
+    (group,) = prometheus_scaled.api("rules")["groups"]
+    assert {rule["health"] for rule in group["rules"]} == {"ok"}, group["rules"]
+    assert {rule["duration"] for rule in group["rules"]} == {3.0}
