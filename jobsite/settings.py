@@ -217,7 +217,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # fenced commits hold; the broker redelivers the unacked message, and the claim acks that
 # duplicate): Celery 6 plans to make True the default, which would kill them mid-work.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-CELERY_BROKER_TRANSPORT_OPTIONS = {
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # Redis redelivers unacked messages after this; JOBS_TASK_TIME_LIMIT must stay well below.
     "visibility_timeout": int(os.environ.get("JOBS_VISIBILITY_TIMEOUT", "3600")),
     # Bounded calls on a broker that vanishes without closing TCP (Redis; kombu's transport
@@ -257,7 +257,7 @@ NOTIFY_PROVIDER_URL = os.environ.get(
 NOTIFY_PROVIDER_TIMEOUT = float(os.environ.get("NOTIFY_PROVIDER_TIMEOUT", "5"))
 
 # --- Django's Tasks framework on durable jobs (docs/django-tasks.md) ----------------------
-TASKS = {"default": {"BACKEND": "jobs.tasks_backend.DurableJobsBackend"}}
+TASKS: dict[str, dict[str, Any]] = {"default": {"BACKEND": "jobs.tasks_backend.DurableJobsBackend"}}
 
 # --- API ---------------------------------------------------------------------------------
 # The library's API views carry their own authentication, permissions, throttles and error

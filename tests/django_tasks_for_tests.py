@@ -63,12 +63,12 @@ def user_exists(username: str) -> bool:
     return get_user_model().objects.filter(username=username).exists()
 
 
-@task(max_attempts=1)
+@task(max_attempts=1)  # type: ignore[call-overload]
 def explode(message: str) -> None:
     raise ValueError(message)
 
 
-@task(max_attempts=1, lease_seconds=60)  # a long lease: its expiry cannot end it
+@task(max_attempts=1, lease_seconds=60)  # type: ignore[call-overload]  # a long lease: its expiry cannot end it
 def script_exit(code: int) -> None:
     """A ported script's `sys.exit()`: a failure of this task, not of the worker process."""
     sys.exit(code)
@@ -93,7 +93,7 @@ def flaky(context: TaskContext, succeed_on: int) -> dict[str, Any]:
     }
 
 
-@task(max_attempts=2, responsible="billing-team")
+@task(max_attempts=2, responsible="billing-team")  # type: ignore[call-overload]
 def always_down() -> None:
     raise TransientError("the provider is down")
 
@@ -109,7 +109,7 @@ def _charge(order: int, key: str) -> dict[str, Any]:
     return {"charge_id": f"ch-{order}", "key": key}
 
 
-@task(takes_context=True, lease_seconds=2, max_attempts=4, base_delay=0.1, max_delay=0.2)
+@task(takes_context=True, lease_seconds=2, max_attempts=4, base_delay=0.1, max_delay=0.2)  # type: ignore[call-overload]
 def charge_once(context: TaskContext, order: int, hold_path: str) -> dict[str, Any]:
     """One external charge through the effect ledger; attempt 1 then hangs (the test kills
     its worker), a later attempt reuses the applied entry and finishes."""
@@ -127,12 +127,12 @@ async def async_add(a: int, b: int) -> int:
     return a + b
 
 
-@task(business_key="report:{0}")
+@task(business_key="report:{0}")  # type: ignore[call-overload]
 def report(number: int) -> int:
     return number
 
 
-@task(
+@task(  # type: ignore[call-overload]
     input_schema={
         "type": "object",
         "properties": {

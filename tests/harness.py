@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,10 @@ class Proc(Child):
         children = wait_until(self.children, timeout=timeout, what=f"{self.name}'s pool process")
         assert len(children) == 1, children
         return int(children[0])
+
+    def ready_or_exited(self) -> bool:
+        """A celery worker's "ready." is in its log, or it has exited already."""
+        return "ready." in self.log() or not self.alive()
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -137,9 +141,12 @@ class Harness:
         pool: str = "prefork",
         wait: bool = True,
         args: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
         **env_extra: str,
     ) -> Proc:
-        env = self.base_env(JOBS_WORKER_NAME=name, **env_extra)
+        """A `celery worker`; `env` and `env_extra` add to its environment (a prepared mapping
+        goes in `env`: mypy checks a `**mapping` against every keyword parameter)."""
+        child_env = self.base_env(JOBS_WORKER_NAME=name, **{**(env or {}), **env_extra})
         argv = [
             sys.executable,
             "-m",
@@ -157,19 +164,22 @@ class Harness:
             "--without-heartbeat",
             *args,
         ]
-        proc = self.spawn(name, argv, env)
+        proc = self.spawn(name, argv, child_env)
         if wait:
             wait_until(
-                lambda: "ready." in proc.log() or not proc.alive(),
+                proc.ready_or_exited,
                 timeout=60,
                 what=f"worker {name} to be ready",
             )
             assert proc.alive(), f"worker {name} died at start:\n{proc.log()[-3000:]}"
         return proc
 
-    def start_relay(self, *, interval: float = 0.1, **env_extra: str) -> Proc:
+    def start_relay(
+        self, *, interval: float = 0.1, env: Mapping[str, str] | None = None, **env_extra: str
+    ) -> Proc:
         argv = [sys.executable, "manage.py", "outbox_relay", "--loop", f"--interval={interval}"]
-        return self.spawn(f"relay-{len(self.procs)}", argv, self.base_env(**env_extra))
+        extra = {**(env or {}), **env_extra}
+        return self.spawn(f"relay-{len(self.procs)}", argv, self.base_env(**extra))
 
     def start_provider(self, *, work_seconds: float = 0.0) -> Proc:
         self.provider_port = free_port()
@@ -212,12 +222,16 @@ class Harness:
             return json.loads(response.read())
 
     def manage(
-        self, *args: str, check: bool = True, **env_extra: str
+        self,
+        *args: str,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        **env_extra: str,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "manage.py", *args],
             cwd=ROOT,
-            env=self.base_env(**env_extra),
+            env=self.base_env(**{**(env or {}), **env_extra}),
             capture_output=True,
             text=True,
             check=check,

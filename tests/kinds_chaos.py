@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from demo.notify import notify_send
 from jobs.context import JobContext
@@ -24,7 +24,17 @@ EXPECTED: dict[str, set[str]] = {
     "chaos.crash": {"quarantined"},
 }
 
-_BUDGET = {"max_attempts": 40, "max_elapsed": 7200, "base_delay": 0.2, "max_delay": 2.0}
+
+class _Budget(TypedDict):
+    """The retry budget of every chaos kind (keyword arguments of `handler`)."""
+
+    max_attempts: int
+    max_elapsed: float
+    base_delay: float
+    max_delay: float
+
+
+_BUDGET = _Budget(max_attempts=40, max_elapsed=7200, base_delay=0.2, max_delay=2.0)
 
 
 def _sleep(ctx: JobContext, seconds: float) -> None:

@@ -71,5 +71,5 @@ def test_replay_with_corrected_input__form_refuses_then_replays__headless_chromi
     page.close()
 
     record.refresh_from_db()
-    assert record.status == "corrected"
+    assert record.status == "corrected" and record.replacement_id is not None
     assert Job.objects.get(pk=record.replacement_id).input == {"document_id": 12}

@@ -127,15 +127,15 @@ def _check_effects(report: CheckReport, jobs: list[Any], provider: dict[str, Any
     rows = list(EffectLedgerEntry.objects.all())
     report.effect_rows = len(rows)
     by_job: dict[str, list[Any]] = defaultdict(list)
-    applied = Counter()
+    applied: Counter[tuple[str, int, str]] = Counter()
     for row in rows:
         by_job[str(row.job_id)].append(row)
         if row.state == "applied":
             applied[(str(row.job_id), row.input_version, row.name)] += 1
         report.effect_rows_retried += row.calls > 1
-    for key, count in applied.items():
+    for effect, count in applied.items():
         if count > 1:
-            report.violations.append(f"effect {key} applied {count} times")
+            report.violations.append(f"effect {effect} applied {count} times")
     for job in jobs:
         if job.state == "succeeded" and job.kind in NOTICE_KINDS:
             notices = [r for r in by_job[str(job.pk)] if r.name == "notice"]
@@ -152,12 +152,12 @@ def _check_effects(report: CheckReport, jobs: list[Any], provider: dict[str, Any
     report.keys_requested_more_than_once = sum(1 for n in requests.values() if n > 1)
     ledger = {row.idempotency_key: row for row in rows}
     for key, count in requests.items():
-        row = ledger.get(key)
-        if row is None:
+        entry = ledger.get(key)
+        if entry is None:
             report.violations.append(f"provider got key {key} with no ledger row")
-        elif count > row.calls:
+        elif count > entry.calls:
             report.violations.append(
-                f"key {key}: {count} provider requests but the ledger began it {row.calls} times "
+                f"key {key}: {count} provider requests but the ledger began it {entry.calls} times "
                 "(a call bypassed the ledger)"
             )
     _check_notices_held(report, rows, provider.get("notices_by_key"))

@@ -264,7 +264,7 @@ def failover_under_load(
     token = harness.manage("jobs_token", "failover").stdout.strip()
     harness.start_provider()
     worker_env = {"JOBS_HANDLER_MODULES": KINDS, "NOTIFY_PROVIDER_TIMEOUT": "1"}
-    workers = [harness.start_worker(f"fo-w{i}", concurrency=2, **worker_env) for i in (1, 2)]
+    workers = [harness.start_worker(f"fo-w{i}", concurrency=2, env=worker_env) for i in (1, 2)]
     harness.start_relay(interval=0.2)
     beat = harness.spawn(
         "beat", [sys.executable, "-c", MAINTENANCE], harness.base_env(**worker_env)

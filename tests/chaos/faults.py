@@ -101,7 +101,7 @@ class Cluster:
             self.started_workers += 1
             name = f"w{self.started_workers}"
         proc = self.harness.start_worker(
-            name, concurrency=self.concurrency, wait=wait, **self.worker_env(name)
+            name, concurrency=self.concurrency, wait=wait, env=self.worker_env(name)
         )
         with self.lock:
             self.workers.append(proc)
@@ -140,7 +140,7 @@ class Cluster:
         procs = [self.start_worker(wait=False) for _ in range(self.worker_count)]
         for proc in procs:
             wait_until(
-                lambda p=proc: "ready." in p.log() or not p.alive(),
+                proc.ready_or_exited,
                 timeout=90,
                 what=f"worker {proc.name} to be ready",
             )
@@ -225,7 +225,7 @@ class FaultInjector:
 
         from jobs.models import Job
 
-        owners: list[str] = []
+        owners: list[str | None] = []
         try:
             owners = list(
                 Job.objects.filter(state="leased").values_list("lease_owner", flat=True)[:200]

@@ -27,8 +27,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 KIND_MIX: list[tuple[str, float]] = [
     ("chaos.sleep", 0.42),
@@ -321,7 +323,7 @@ class Soak:
                 if sleepers and self.rng.random() < 0.02:
                     victim = self.rng.choice(sleepers[-10:])  # recent: likely not finished
                     with contextlib.suppress(InvalidTransition):
-                        _retry_db(lambda victim=victim: job_cancel(job_id=victim, actor="chaos"))
+                        _retry_db(partial(job_cancel, job_id=UUID(victim), actor="chaos"))
                         self.result.cancels += 1
             if time.monotonic() >= next_sample:
                 self.sample()

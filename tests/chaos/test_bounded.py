@@ -237,8 +237,8 @@ def test_paused_worker_late_writes_never_make_two_terminal_states__sigstop_past_
     harness: Harness, user: Any, bounded_kinds: None
 ) -> None:
     env = {"JOBS_HANDLER_MODULES": "tests.kinds_bounded"}
-    harness.start_relay(**env)
-    first = harness.start_worker("w1", **env)
+    harness.start_relay(env=env)
+    first = harness.start_worker("w1", env=env)
     job = jobs.submit(kind="bounded.slow", input={"seconds": 4}, owner=user)
     wait_until(
         lambda: JobEvent.objects.filter(
@@ -251,7 +251,7 @@ def test_paused_worker_late_writes_never_make_two_terminal_states__sigstop_past_
     os.kill(child, signal.SIGSTOP)
     try:
         # Lease is 3s; the paused child can no longer heartbeat. Reaper + second worker run.
-        harness.start_worker("w2", **env)
+        harness.start_worker("w2", env=env)
         job = wait_state(job, "succeeded", timeout=120, reap=True)
         assert job.result is not None and job.result["worker"] == "w2"
         stale_before = signal_value(STALE_WRITES_REJECTED)
@@ -276,4 +276,6 @@ def test_paused_worker_late_writes_never_make_two_terminal_states__sigstop_past_
     assert generations == sorted(generations)
     reaped = [e for e in events if e.to_state == "retry_wait"]
     assert reaped and reaped[0].details["category"] == "lease_expired"
-    assert timezone.now() > job.finished_at  # sanity: one finish, in the past
+    assert (
+        job.finished_at is not None and timezone.now() > job.finished_at
+    )  # sanity: one finish, in the past

@@ -70,7 +70,7 @@ def test_burst_after_outage_into_limited_provider__all_finish_once_and_backlog_d
 
     # Recovery: 8 slots race for a provider that serves 2 at a time.
     workers = [
-        harness.start_worker(name, concurrency=4, wait=False, **CHAOS_WORKER_ENV)
+        harness.start_worker(name, concurrency=4, wait=False, env=CHAOS_WORKER_ENV)
         for name in ("burst-w1", "burst-w2")
     ]
     wait_until(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,7 +21,7 @@ import pytest
 
 import jobs
 from jobs.models import Job, JobEvent
-from tests.harness import Harness, wait_until
+from tests.harness import Harness, Proc, wait_until
 from tests.kinds_network import WATCH_DIR_ENV, WATCH_LEASE, watch_note
 from tests.network.proxy import FaultProxy, fault_proxy
 
@@ -38,6 +38,19 @@ def _through(database_url: str, proxy: FaultProxy) -> str:
     parts = urlsplit(database_url)
     netloc = f"{parts.username or 'postgres'}@{proxy.host}:{proxy.port}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _start_worker_through(
+    harness: Harness,
+    proxy: FaultProxy,
+    name: str,
+    *,
+    concurrency: int = 1,
+    env: Mapping[str, str] | None = None,
+) -> Proc:
+    """A worker whose every connection to the test database goes through `proxy`."""
+    database_url = _through(harness.database_url, proxy)
+    return harness.start_worker(name, concurrency=concurrency, DATABASE_URL=database_url, env=env)
 
 
 @pytest.fixture
@@ -83,9 +96,7 @@ def _states(ids: list[str]) -> dict[str, int]:
 def test_refused_for_half_a_second__every_job_succeeds_within_seconds(
     harness: Harness, db_proxy: FaultProxy, user: Any
 ) -> None:
-    worker = harness.start_worker(
-        "refused-w1", concurrency=2, DATABASE_URL=_through(harness.database_url, db_proxy)
-    )
+    worker = _start_worker_through(harness, db_proxy, "refused-w1", concurrency=2)
     warm = _submit(user, 2)  # the worker has connected through the proxy before the cut
     wait_until(lambda: _all_succeeded(warm), timeout=30, what="the warm-up jobs")
 
@@ -111,9 +122,7 @@ def test_refused_for_half_a_second__every_job_succeeds_within_seconds(
 def test_worker_cut_off__stops_consuming_and_a_healthy_worker_takes_every_job(
     harness: Harness, db_proxy: FaultProxy, user: Any
 ) -> None:
-    cut_off = harness.start_worker(
-        "cut-w1", concurrency=2, DATABASE_URL=_through(harness.database_url, db_proxy)
-    )
+    cut_off = _start_worker_through(harness, db_proxy, "cut-w1", concurrency=2)
     _cut(db_proxy)
     healthy = harness.start_worker("healthy-w1", concurrency=1)
     ids = _submit(user, JOBS)
@@ -137,11 +146,11 @@ def test_lease_holder_cut_off__handler_stops_before_its_lease_could_expire(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))  # watch_note reads it here too
-    worker = harness.start_worker(
+    worker = _start_worker_through(
+        harness,
+        db_proxy,
         "doubt-w1",
-        DATABASE_URL=_through(harness.database_url, db_proxy),
-        JOBS_HANDLER_MODULES="tests.kinds_network",
-        **{WATCH_DIR_ENV: str(tmp_path)},
+        env={"JOBS_HANDLER_MODULES": "tests.kinds_network", WATCH_DIR_ENV: str(tmp_path)},
     )
     job = jobs.submit(kind="net.watch", input={"seconds": 30}, owner=user)
     wait_until(watch_note(job.pk, "started").exists, timeout=30, what="the handler to start")

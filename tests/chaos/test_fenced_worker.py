@@ -130,7 +130,7 @@ def test_job_84_worker_dies_after_artifact_and_notice__second_worker_finishes_wi
     first = harness.start_worker(
         "w1",
         pool="solo",
-        **worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=exit"),
+        env=worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=exit"),
     )
     job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
 
@@ -141,7 +141,7 @@ def test_job_84_worker_dies_after_artifact_and_notice__second_worker_finishes_wi
     assert len(artifact_files(harness, job)) == 1
     assert harness.provider_stats()["requests_by_key"] == {notice_key(job): 1}
 
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     reap_until_taken_over(job, generation=1)
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
 
@@ -193,7 +193,7 @@ def test_crash_after_completion_commit_before_ack__redelivery_is_acked_without_r
     # Prefork: the child dies after the commit; the parent rejects the message back to the
     # queue (task_reject_on_worker_lost) and a fresh child receives it again.
     worker = harness.start_worker(
-        "w1", **worker_env(harness, JOBS_FAILPOINTS="worker.after_complete_before_ack=exit")
+        "w1", env=worker_env(harness, JOBS_FAILPOINTS="worker.after_complete_before_ack=exit")
     )
     job = jobs.submit(kind="test.report_long", input=JOB_84, owner=user)
 
@@ -228,7 +228,7 @@ def test_lease_expiry_while_first_worker_paused__its_completion_is_rejected_and_
     harness.start_relay()
     # The sleep failpoint holds worker 1 right after the artifact and the notice, before completion.
     first = harness.start_worker(
-        "w1", **worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=sleep:8")
+        "w1", env=worker_env(harness, JOBS_FAILPOINTS="worker.after_effect_before_complete=sleep:8")
     )
     job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
     wait_until(
@@ -239,7 +239,7 @@ def test_lease_expiry_while_first_worker_paused__its_completion_is_rejected_and_
     paused = stop_children(first, signal.SIGSTOP)
     try:
         assert harness.provider_stats()["notices"] == 1
-        harness.start_worker("w2", **worker_env(harness))
+        harness.start_worker("w2", env=worker_env(harness))
         reap_until_taken_over(job, generation=1)
         wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
     finally:
@@ -264,13 +264,13 @@ def test_lease_expiry_while_first_worker_paused_mid_work__ledger_refuses_its_eff
 ) -> None:
     harness.start_provider()
     harness.start_relay()
-    first = harness.start_worker("w1", **worker_env(harness))
+    first = harness.start_worker("w1", env=worker_env(harness))
     # Generation 1 works 6 s before its artifact and notice; we freeze it in that work.
     job = jobs.submit(kind="test.report", input={**JOB_84, "work_seconds": 6}, owner=user)
     wait_until(lambda: len(handler_calls(harness)) == 1, timeout=60, what="worker 1 to start")
     paused = stop_children(first, signal.SIGSTOP)
     try:
-        harness.start_worker("w2", **worker_env(harness))
+        harness.start_worker("w2", env=worker_env(harness))
         reap_until_taken_over(job, generation=1)
         wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
     finally:
@@ -298,7 +298,7 @@ def test_provider_times_out_after_accepting__retry_reuses_the_key_one_logical_se
     harness.start_provider()
     harness.provider_control(timeout_after_accept=1, stall_seconds=3)
     harness.start_relay()
-    harness.start_worker("w1", **worker_env(harness, NOTIFY_PROVIDER_TIMEOUT="0.5"))
+    harness.start_worker("w1", env=worker_env(harness, NOTIFY_PROVIDER_TIMEOUT="0.5"))
     job = jobs.submit(kind="test.report_long", input=JOB_84, owner=user)
 
     wait_until(lambda: job_now(job).state == "succeeded", timeout=90, what="the retry to succeed")
@@ -320,8 +320,8 @@ def test_duplicate_delivery_during_live_lease__acked_and_left_to_the_owner(
     harness: Harness, user: Any
 ) -> None:
     harness.start_provider()
-    harness.start_worker("w1", **worker_env(harness))
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w1", env=worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     job = jobs.submit(kind="test.report_long", input={**JOB_84, "work_seconds": 8}, owner=user)
     wait_until(lambda: len(handler_calls(harness)) == 1, timeout=60, what="the owner to start")
 
@@ -356,7 +356,7 @@ def test_sigkill_of_worker_main_process__job_recovered_and_effect_happens_once(
     harness.start_provider()
     harness.start_relay()
     # Solo pool: the main process runs the handler, so SIGKILL takes the whole worker down.
-    first = harness.start_worker("w1", pool="solo", **worker_env(harness))
+    first = harness.start_worker("w1", pool="solo", env=worker_env(harness))
     job = jobs.submit(kind="test.report", input={**JOB_84, "work_after_seconds": 60}, owner=user)
     wait_until(
         lambda: harness.provider_stats()["notices"] == 1,
@@ -367,7 +367,7 @@ def test_sigkill_of_worker_main_process__job_recovered_and_effect_happens_once(
     first.signal(signal.SIGKILL)
     wait_until(lambda: not first.alive(), timeout=30, what="worker 1 to die")
     assert job_now(job).state == "leased"
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     reap_until_taken_over(job, generation=1)
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
 
@@ -380,7 +380,7 @@ def test_sigkill_of_prefork_main_process__job_recovered_and_effect_happens_once(
 ) -> None:
     harness.start_provider()
     harness.start_relay()
-    first = harness.start_worker("w1", **worker_env(harness))
+    first = harness.start_worker("w1", env=worker_env(harness))
     job = jobs.submit(kind="test.report", input={**JOB_84, "work_after_seconds": 60}, owner=user)
     wait_until(
         lambda: harness.provider_stats()["notices"] == 1,
@@ -399,7 +399,7 @@ def test_sigkill_of_prefork_main_process__job_recovered_and_effect_happens_once(
         what="the pool child to die with its parent",
     )
     assert job_now(job).state == "leased"
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     reap_until_taken_over(job, generation=1)
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
 
@@ -413,7 +413,7 @@ def test_worker_dies_right_after_claim__reaper_recovers_and_handler_runs_once_to
     harness.start_provider()
     harness.start_relay()
     first = harness.start_worker(
-        "w1", pool="solo", **worker_env(harness, JOBS_FAILPOINTS="worker.after_claim=exit")
+        "w1", pool="solo", env=worker_env(harness, JOBS_FAILPOINTS="worker.after_claim=exit")
     )
     job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
     wait_until(lambda: not first.alive(), timeout=60, what="worker 1 to die after its claim")
@@ -421,7 +421,7 @@ def test_worker_dies_right_after_claim__reaper_recovers_and_handler_runs_once_to
     assert (job_now(job).state, job_now(job).generation) == ("leased", 1)
     assert handler_calls(harness) == []
 
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     reap_until_taken_over(job, generation=1)
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
 
@@ -441,7 +441,7 @@ def test_worker_killed_while_provider_call_in_flight__retry_reuses_key_one_logic
     harness.provider_control(timeout_after_accept=1, stall_seconds=60)
     harness.start_relay()
     first = harness.start_worker(
-        "w1", pool="solo", **worker_env(harness, NOTIFY_PROVIDER_TIMEOUT="120")
+        "w1", pool="solo", env=worker_env(harness, NOTIFY_PROVIDER_TIMEOUT="120")
     )
     job = jobs.submit(kind="test.report", input=JOB_84, owner=user)
     wait_until(
@@ -453,7 +453,7 @@ def test_worker_killed_while_provider_call_in_flight__retry_reuses_key_one_logic
 
     first.signal(signal.SIGKILL)
     wait_until(lambda: not first.alive(), timeout=30, what="worker 1 to die")
-    harness.start_worker("w2", **worker_env(harness))
+    harness.start_worker("w2", env=worker_env(harness))
     reap_until_taken_over(job, generation=1)
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="worker 2 to finish")
 

@@ -75,7 +75,7 @@ def _intervals(job_ids: list[Any]) -> dict[Any, tuple[Any, Any]]:
 def test_serialization_key__start_order_is_acceptance_order_and_jobs_never_overlap(
     harness: Harness, user: Any
 ) -> None:
-    harness.start_worker("w1", concurrency=4, **TEST_KINDS)
+    harness.start_worker("w1", concurrency=4, env=TEST_KINDS)
     rng = random.Random(11)
     by_key: dict[str, list[Any]] = defaultdict(list)
     for n in range(24):
@@ -114,7 +114,7 @@ def test_tenant_flood_does_not_delay_another_tenants_job(
     quiet_team = Tenant.objects.create(name="quiet")
     quiet_team.members.add(other_user)
     job_seconds = 1.0
-    harness.start_worker("w1", concurrency=2, **TEST_KINDS)
+    harness.start_worker("w1", concurrency=2, env=TEST_KINDS)
     for n in range(1000):
         jobs.submit(
             kind="fair.work", input={"n": n, "seconds": job_seconds}, owner=user, tenant=flood_team
@@ -142,7 +142,7 @@ def test_tenant_flood_does_not_delay_another_tenants_job(
 
 
 def test_kind_quota__never_more_than_its_limit_leased_at_once(harness: Harness, user: Any) -> None:
-    harness.start_worker("w1", concurrency=4, **TEST_KINDS)
+    harness.start_worker("w1", concurrency=4, env=TEST_KINDS)
     ids = [
         jobs.submit(kind="quota.work", input={"n": n, "seconds": 0.2}, owner=user).pk
         for n in range(12)

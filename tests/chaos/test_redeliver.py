@@ -75,7 +75,7 @@ def _kill_tree(worker: Proc) -> None:
 
 
 def _start_beat(harness: Harness) -> None:
-    harness.start_worker("maint", queues="jobs.maintenance", **FAST)
+    harness.start_worker("maint", queues="jobs.maintenance", env=FAST)
     schedule = harness.workdir / "beat-schedule"
     argv = [sys.executable, "-m", "celery", "-A", "jobsite", "beat", f"--schedule={schedule}"]
     harness.spawn("beat", argv, harness.base_env(**FAST))
@@ -91,7 +91,7 @@ def test_message_handed_to_a_consumer_then_sigkilled__republished_and_run_once_i
     list), the test removes it itself: the same loss, simulated, and says so."""
     harness.start_provider()
     _start_beat(harness)
-    doomed = harness.start_worker("w-doomed", **FAST)
+    doomed = harness.start_worker("w-doomed", env=FAST)
     _stopped_with_brpop_pending(broker, doomed)
 
     started = time.monotonic()
@@ -108,7 +108,7 @@ def test_message_handed_to_a_consumer_then_sigkilled__republished_and_run_once_i
     assert not any(str(job.pk).encode() in v for v in broker.hvals("unacked"))
     _kill_tree(doomed)
 
-    harness.start_worker("w-survivor", **FAST)
+    harness.start_worker("w-survivor", env=FAST)
     wait_until(
         lambda: Job.objects.get(pk=job.pk).state == "succeeded",
         timeout=RECOVERY_BOUND_SECONDS + 30,

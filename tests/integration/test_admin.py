@@ -269,6 +269,7 @@ def test_replay_with_corrected_input__new_version_runs_the_corrected_input(user:
 
     record.refresh_from_db()
     assert record.status == "corrected" and record.resolved_by == "operator"
+    assert record.replacement_id is not None
     new = Job.objects.get(pk=record.replacement_id)
     assert (new.input, new.input_version, new.replay_of_id) == (
         {"document_id": 12},

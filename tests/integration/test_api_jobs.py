@@ -331,7 +331,7 @@ def test_list_filters_by_status_and_kind__paginated(alice: Any) -> None:
     ids = [submit(client, {"kind": "noop", "input": {"n": n}}).json()["id"] for n in range(3)]
     submit(client, REPORT)
     jobs.execute(ids[0])
-    page = client.get("/api/jobs/", {"status": "queued", "kind": "noop", "page_size": 1}).json()
+    page = client.get("/api/jobs/", {"status": "queued", "kind": "noop", "page_size": "1"}).json()
     assert page["count"] == 2 and len(page["results"]) == 1 and page["next"]
     assert {
         r["id"] for r in client.get("/api/jobs/", {"status": "succeeded"}).json()["results"]
@@ -560,7 +560,7 @@ def test_jobs_token_creates_user_tenant_and_token__idempotent() -> None:
     key = out.getvalue().strip()
     token = Token.objects.get(key=key)
     assert token.user.username == "dora"
-    assert list(token.user.tenants.values_list("name", flat=True)) == ["labs"]  # type: ignore[attr-defined]
+    assert list(token.user.tenants.values_list("name", flat=True)) == ["labs"]
     again = StringIO()
     call_command("jobs_token", "dora", "--tenant", "labs", stdout=again)
     assert again.getvalue().strip() == key

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.contrib.auth.models import User
 
 from jobs import checks
@@ -56,8 +57,8 @@ def test_token_app_check__only_for_a_project_on_tokens_mounting_the_api(
 ) -> None:
     settings.REST_FRAMEWORK = {"DEFAULT_AUTHENTICATION_CLASSES": [TOKEN_AUTHENTICATION]}
     assert checks.jobs_api_token_app() == []  # the suite installs the app
-    real = checks.apps.is_installed
-    monkeypatch.setattr(checks.apps, "is_installed", lambda name: name != TOKEN_APP and real(name))
+    real = apps.is_installed  # the registry jobs.checks asks
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != TOKEN_APP and real(name))
     (warning,) = checks.jobs_api_token_app()
     assert warning.id == "jobs.W002" and TOKEN_APP in warning.msg
     # Sessions alone (DRF's defaults, as in a fresh project) need no token app.

@@ -333,8 +333,8 @@ def test_keyed_jobs__the_head_of_a_key_is_batch_claimed_and_hands_its_key_over(
         assert (_job(head).state, _job(head).attempt) == ("succeeded", 1)
     assert outcomes[str(nexts[0].pk)] == Outcome.SUCCEEDED
     assert _claims(nexts[0]) == [ONE_CLAIM]
-    first_done = _job(heads[0]).finished_at
-    assert first_done is not None and _job(nexts[0]).started_at > first_done  # in key order
+    first_done, next_started = _job(heads[0]).finished_at, _job(nexts[0]).started_at
+    assert first_done and next_started and next_started > first_done  # in key order
     for nxt in nexts:  # handed over: each next job has its message now
         assert OutboxEntry.objects.filter(job_id=nxt.pk).count() == 1
 

@@ -22,7 +22,9 @@ def run_until_finished(job: Job) -> None:
     """Deliver a job in-process until it succeeds (a retry is due after its jittered delay)."""
 
     def delivered() -> bool:
-        if Job.objects.get(pk=job.pk).next_attempt_at > timezone.now():
+        due = Job.objects.get(pk=job.pk).next_attempt_at
+        assert due is not None
+        if due > timezone.now():
             return False
         return jobs.execute(job.pk).outcome is Outcome.SUCCEEDED
 

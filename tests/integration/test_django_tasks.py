@@ -85,7 +85,7 @@ def start_worker(
         "DJANGO_SETTINGS_MODULE": WORKER_SETTINGS,
         CALLS_FILE_ENV: str(harness.workdir / "calls.log"),
     }
-    return harness.start_worker(name, queues=queues, pool=pool, **env)
+    return harness.start_worker(name, queues=queues, pool=pool, env=env)
 
 
 def calls(harness: Harness) -> list[str]:
@@ -131,7 +131,10 @@ def test_enqueue_outside_a_transaction__commits_itself_and_a_worker_runs_it(
     assert done.return_value == 5
     assert done.errors == [] and done.attempts == 1
     assert done.worker_ids[0].startswith("w-tasks:")
-    assert done.enqueued_at <= done.started_at <= done.last_attempted_at <= done.finished_at
+    enqueued_at, started_at = done.enqueued_at, done.started_at
+    attempted_at, finished_at = done.last_attempted_at, done.finished_at
+    assert enqueued_at and started_at and attempted_at and finished_at
+    assert enqueued_at <= started_at <= attempted_at <= finished_at
     # task_started and task_finished are sent in the worker (Django logs both).
     log = worker.log()
     assert f"Task id={result.id} path=tests.django_tasks_for_tests.add state=RUNNING" in log
@@ -407,9 +410,9 @@ def test_validate_task__refuses_what_we_cannot_run_with_djangos_invalid_task(
     with pytest.raises(InvalidTask, match="not valid for backend"):
         tasks.add.using(queue_name="reports")  # not in QUEUES
     with pytest.raises(InvalidTask, match="max_attempts must be a whole number >= 1"):
-        task(max_attempts=0)(plain)
+        task(max_attempts=0)(plain)  # type: ignore[call-overload]  # django-stubs: no **kwargs
     with pytest.raises(InvalidTask, match="input_schema"):
-        task(input_schema=["not", "a", "schema"])(plain)
+        task(input_schema=["not", "a", "schema"])(plain)  # type: ignore[call-overload]
     # A task workers could not import by its path is refused before anything is written.
     with pytest.raises(InvalidTask, match="does not import as a Task"):
         task(plain).enqueue(1)
@@ -540,8 +543,13 @@ def test_readme_example__runs_as_written_on_a_real_worker(
     result = finished(namespace["result"])
     assert result.status == TaskResultStatus.SUCCESSFUL
     value = result.return_value
-    assert value["document"].endswith("/v1/receipt.txt") and value["attempt"] == 1
+    assert (
+        value is not None
+        and value["document"].endswith("/v1/receipt.txt")
+        and value["attempt"] == 1
+    )
     (entry,) = EffectLedgerEntry.objects.filter(job_id=result.id, name="receipt_email")
-    assert entry.state == "applied" and value["notice_id"] == entry.outcome["notice_id"]
+    assert entry.state == "applied" and entry.outcome is not None
+    assert value["notice_id"] == entry.outcome["notice_id"]
     assert harness.provider_stats()["requests_by_key"] == {entry.idempotency_key: 1}
     assert Job.objects.get(pk=result.id).kind == "task:myapp.tasks.send_receipt@emails"

@@ -50,7 +50,7 @@ FAILED_EVENTS = ("retry_wait", "quarantined")
 
 
 def start_worker(harness: Harness, name: str, **env: str) -> Proc:
-    return harness.start_worker(name, JOBS_HANDLER_MODULES=KINDS, **env)
+    return harness.start_worker(name, JOBS_HANDLER_MODULES=KINDS, env=env)
 
 
 def state_of(job_id: Any) -> str:

@@ -56,4 +56,4 @@ def test_redact_filter_blanks_payload_fields__keeps_the_line() -> None:
     record.input = {"secret": 1}
     record.job_id = "abc"
     assert RedactPayloadFilter().filter(record) is True
-    assert record.input == REDACTED and record.job_id == "abc"
+    assert record.input == REDACTED and record.job_id == "abc"  # type: ignore[attr-defined]

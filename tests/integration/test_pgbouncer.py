@@ -78,9 +78,9 @@ JOBS = 17
 def run_through(harness: Harness, database_url: str, **env: str) -> None:
     """Worker, relay and the submitting process all connect through `database_url`."""
     through = {"DATABASE_URL": database_url, "JOBS_HANDLER_MODULES": WORKER_MODULES, **env}
-    harness.start_worker("wbouncer", concurrency=2, **through)
-    harness.start_relay(**through)
-    harness.manage("shell", "-c", SUBMIT, **through)
+    harness.start_worker("wbouncer", concurrency=2, env=through)
+    harness.start_relay(env=through)
+    harness.manage("shell", "-c", SUBMIT, env=through)
     wait_until(
         lambda: Job.objects.filter(state__in=["succeeded", "quarantined"]).count() == JOBS,
         timeout=90,

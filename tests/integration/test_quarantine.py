@@ -85,6 +85,7 @@ def test_replay_submits_new_input_version_linked_to_old__same_business_key(user:
     )
     job.refresh_from_db()
     assert job.state == "failed" and job.finished_at is not None
+    assert done.replacement_id is not None
     new = Job.objects.get(pk=done.replacement_id)
     assert (new.input_version, new.business_key, new.replay_of_id) == (2, "doc-7", job.pk)
     assert new.state == "queued" and new.input == {"document_id": 7}
@@ -321,6 +322,7 @@ def test_command_replays_with_the_input_file__new_version_runs_it(
 
     assert f"1 record(s) will replay with the input from {corrected}" in output
     record.refresh_from_db()
+    assert record.replacement_id is not None
     new = Job.objects.get(pk=record.replacement_id)
     assert (new.input, new.input_version, new.replay_of_id) == (
         {"document_id": 21},

@@ -34,7 +34,7 @@ def rabbit_harness(harness: Harness, session_redis: PrivateRedis) -> Iterator[Ha
     point_celery_at(AMQP_URL)
     with app.connection_for_write() as conn:
         # Start from an empty queue; the worker declares it again with Celery's arguments.
-        conn.default_channel.queue_delete(queue="jobs")
+        conn.default_channel.queue_delete(queue="jobs")  # type: ignore[attr-defined]  # AMQP
     harness.broker_url = AMQP_URL
     try:
         yield harness

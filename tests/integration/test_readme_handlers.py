@@ -52,12 +52,12 @@ def test_example_commits_one_result_one_artifact_one_notice__delivered_twice(
     assert jobs.execute(job.pk).outcome is Outcome.SUCCEEDED
     assert jobs.execute(job.pk).outcome is Outcome.DUPLICATE  # a redelivery is absorbed
     done = Job.objects.get(pk=job.pk)
-    assert done.state == "succeeded" and done.attempt == 1
+    assert done.state == "succeeded" and done.attempt == 1 and done.result is not None
     stored = Path(settings.MEDIA_ROOT) / done.result["document"]
     assert stored.read_bytes() == b"Receipt for order 84\n1 x report"
     assert [p.name for p in stored.parent.iterdir()] == ["receipt.txt"]
     entry = EffectLedgerEntry.objects.get(job_id=job.pk, name="receipt_email")
-    assert entry.state == "applied" and entry.calls == 1
+    assert entry.state == "applied" and entry.calls == 1 and entry.outcome is not None
     assert done.result["notice_id"] == entry.outcome["notice_id"]
     assert provider.provider_stats()["requests_by_key"] == {entry.idempotency_key: 1}
 

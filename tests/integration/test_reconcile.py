@@ -41,7 +41,7 @@ def _point_celery(url: str) -> None:
     from jobsite.celery import app
 
     point_celery_at(url)
-    app.amqp._producer_pool = None
+    app.amqp._producer_pool = None  # type: ignore[attr-defined]  # kombu private
 
 
 def _all_published() -> bool:
@@ -170,7 +170,9 @@ def test_lost_jobs_leave_capped_work_to_the_handover__kind_limit_full(
     Job.objects.filter(state="queued").update(next_attempt_at=past)
 
     assert lost_job_ids(stale_after=60) == []
-    job_complete(leases[0], result={"n": 0}, local_effects=[])  # a slot frees up
+    first = leases[0]
+    assert first is not None
+    job_complete(first, result={"n": 0}, local_effects=[])  # a slot frees up
     handed = OutboxEntry.objects.filter(published_at__isnull=True)
     assert list(handed.values_list("job_id", flat=True)) == [quota[2].pk]  # the hand-over
     assert lost_job_ids(stale_after=60) == []  # its new row is the relay's business

@@ -35,8 +35,8 @@ def test_beat_runs_reconcile_and_stores_maintenance_results__never_job_results(
         "JOBS_RECONCILE_INTERVAL": "1",
         "JOBS_WORKER_HEARTBEAT_INTERVAL": "1",
     }
-    harness.start_worker("maint", queues="jobs.maintenance", **fast)
-    harness.start_worker("w1", **fast)
+    harness.start_worker("maint", queues="jobs.maintenance", env=fast)
+    harness.start_worker("w1", env=fast)
     schedule = harness.workdir / "beat-schedule"
     harness.spawn(
         "beat",

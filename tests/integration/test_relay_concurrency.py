@@ -97,8 +97,8 @@ def test_two_beats_at_once_on_2000_rows__every_row_published_none_lost(
     settings.OUTBOX_FAST_PATH = False
     tick = {"OUTBOX_RELAY_INTERVAL": "0.5", "OUTBOX_RELAY_BATCH_SIZE": "100"}
     # Two schedulers sending relay ticks, two maintenance workers running them concurrently.
-    harness.start_worker("maint-1", queues="jobs.maintenance", **tick)
-    harness.start_worker("maint-2", queues="jobs.maintenance", **tick)
+    harness.start_worker("maint-1", queues="jobs.maintenance", env=tick)
+    harness.start_worker("maint-2", queues="jobs.maintenance", env=tick)
     beats = [start_beat(harness, f"beat-{n}", **tick) for n in (1, 2)]
 
     job_ids = submit_rows(user)

@@ -115,7 +115,7 @@ class Probe:
         assert self.popen.stdin and self.popen.stdout
         self.popen.stdin.write(" ".join(map(str, words)) + "\n")
         self.popen.stdin.flush()
-        return json.loads(self.popen.stdout.readline())  # type: ignore[no-any-return]
+        return json.loads(self.popen.stdout.readline())
 
     def close(self) -> None:
         self.popen.kill()

@@ -183,7 +183,7 @@ class Host:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("timeout", 60)
-        return subprocess.run(self.wrap(argv), **kwargs)  # type: ignore[call-overload,no-any-return]
+        return subprocess.run(self.wrap(argv), **kwargs)  # type: ignore[call-overload]
 
     def _ns(self, *args: str) -> None:
         ip("-n", self.netns, *args)

@@ -104,10 +104,10 @@ class Site:
         }
 
     def start_cut_worker(self, name: str = "rmq-cut") -> Proc:
-        return self.cut.start_worker(name, **self.worker_env())
+        return self.cut.start_worker(name, env=self.worker_env())
 
     def start_healthy_worker(self) -> Proc:
-        return self.root.start_worker("rmq-healthy", **self.worker_env())
+        return self.root.start_worker("rmq-healthy", env=self.worker_env())
 
 
 def since(worker: Proc, mark: int, text: str) -> bool:

@@ -94,7 +94,7 @@ class Client:
             return next(((t, s) for t, s in self.lines if s.startswith(prefix)), None)
 
         what = f"a line {prefix!r} (the call is still blocked?): {self.lines}"
-        return wait_until(found, timeout=timeout, what=what)  # type: ignore[no-any-return]
+        return wait_until(found, timeout=timeout, what=what)
 
     def outcome(self, *, timeout: float) -> tuple[float, str, float]:
         """(arrival time, outcome, seconds the call took as the client measured it)."""

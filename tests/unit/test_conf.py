@@ -53,7 +53,7 @@ def test_override_settings__is_read_inside_and_forgotten_after() -> None:
 
 def test_unknown_name__is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no setting 'QUEUES'"):
-        jobs_settings.QUEUES  # noqa: B018
+        jobs_settings.QUEUES  # type: ignore[attr-defined]  # noqa: B018
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ import psycopg
 import pytest
 from django.db import InterfaceError, OperationalError, ProgrammingError, transaction
 
-from jobs import gate
 from jobs.gate import (
     REFUSED_PAUSE,
     REFUSED_TRIES,
@@ -87,7 +86,7 @@ class _Write:
 def no_pause(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """jobs.gate's pauses between tries, recorded instead of slept."""
     pauses: list[float] = []
-    monkeypatch.setattr(gate.time, "sleep", pauses.append)
+    monkeypatch.setattr("jobs.gate.time.sleep", pauses.append)
     return pauses
 
 

@@ -13,6 +13,7 @@ def test_a_plain_redis_url__gets_the_transport_that_keeps_its_client() -> None:
     original = Connection("redis://127.0.0.1:6379/3", transport_options={"visibility_timeout": 7})
     kept = kombu_redis.with_kept_client(original)
     assert kept.transport_cls is kombu_redis.Transport
+    assert isinstance(kept.transport, kombu_redis.Transport)
     assert kept.transport.Channel is kombu_redis.Channel
     assert (kept.hostname, kept.port, kept.virtual_host) == ("127.0.0.1", 6379, "3")
     assert kept.transport_options == {"visibility_timeout": 7}

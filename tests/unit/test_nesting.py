@@ -57,7 +57,7 @@ def test_input_depth_check__validation_failed_naming_the_setting(settings: Any) 
 
 
 def test_published_input_schema__strings_refuse_nul_and_nothing_else() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "name": {"type": "string", "maxLength": 5},

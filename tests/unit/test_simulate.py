@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, cast
 
 import pytest
 
@@ -175,4 +176,4 @@ def test_chart_peak_equals_the_simulation_peak__peak_between_chart_samples() -> 
 )
 def test_scenario_rejected__invalid_value(field: str, value: float) -> None:
     with pytest.raises(ValueError):
-        replace(SEED_000, **{field: value})
+        replace(SEED_000, **cast(dict[str, Any], {field: value}))

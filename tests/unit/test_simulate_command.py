@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from io import StringIO
 from pathlib import Path
+from typing import cast
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -89,7 +91,9 @@ def test_chart_peak_equals_the_simulation_peak__what_is_drawn() -> None:
         top = fig.axes[0]
         lines = {line.get_label(): line for line in top.get_lines()}
         backlog = lines["backlog (unfinished jobs)"]
-        xs, ys = list(backlog.get_xdata()), list(backlog.get_ydata())
+        # What was plotted: lists of numbers (matplotlib types them as any ArrayLike).
+        xs = list(cast("Sequence[float]", backlog.get_xdata()))
+        ys = list(cast("Sequence[float]", backlog.get_ydata()))
         marker = lines["peak backlog"]
         title = fig.texts[0].get_text() if fig.texts else ""
     finally:
@@ -97,7 +101,11 @@ def test_chart_peak_equals_the_simulation_peak__what_is_drawn() -> None:
 
     assert max(ys) == result.peak_backlog
     assert xs[ys.index(max(ys))] == result.peak_at
-    assert (list(marker.get_xdata()), list(marker.get_ydata())) == (
+    marked = (
+        list(cast("Sequence[float]", marker.get_xdata())),
+        list(cast("Sequence[float]", marker.get_ydata())),
+    )
+    assert marked == (
         [result.peak_at],
         [result.peak_backlog],
     )

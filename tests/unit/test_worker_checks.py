@@ -81,7 +81,7 @@ def worker_of(queues: list[str], *, prefetch: int) -> SimpleNamespace:
     """A starting worker as `worker_init` sees it: its app (queues selected) and prefetch.
     A new app gets the library's shared tasks, `jobs.execute` with its own options."""
     app = Celery("worker-checks", set_as_current=False)
-    app.conf.broker_url = "redis://127.0.0.1:6379/0"
+    app.conf.update(broker_url="redis://127.0.0.1:6379/0")
     app.amqp.queues.select(queues)
     return SimpleNamespace(app=app, prefetch_multiplier=prefetch)
 
