@@ -184,6 +184,7 @@ def _concurrency(all_runs: dict[str, dict[str, Any]]) -> list[str]:
     (c0, lo), (c1, hi) = items[0], items[-1]
     lo_by, hi_by = lo["by_link"], hi["by_link"]
     own0, own1 = (x["ratios"]["durable_slow_vs_durable_proxy0"] for x in (lo, hi))
+    raw0, raw1 = (x["raw_celery_proxy1"]["jobs_per_s"] for x in (lo_by, hi_by))
     return [
         "",
         f"**{'More processes hide' if own1 > own0 else 'More processes did not hide'} the "
@@ -194,11 +195,12 @@ def _concurrency(all_runs: dict[str, dict[str, Any]]) -> list[str]:
         "and the proxies share 2 cores), at 1 ms "
         f"{_f(hi_by['durable_proxy1']['jobs_per_s'])} (c={c0}: "
         f"{_f(lo_by['durable_proxy1']['jobs_per_s'])}): {own1:.2f}x of its own 0 ms rate "
-        f"against {own0:.2f}x at c={c0}. Raw Celery gains the same way "
-        f"({_f(hi_by['raw_celery_proxy1']['jobs_per_s'])} jobs/s at 1 ms, c={c0}: "
-        f"{_f(lo_by['raw_celery_proxy1']['jobs_per_s'])}), but its 3 round trips a task "
-        "keep it far behind. A worker host across a slow link should run more processes "
-        'than cores (docs/operations.md, "Slow links").',
+        f"against {own0:.2f}x at c={c0}. Raw Celery "
+        + ("gains too" if raw1 > raw0 * 1.05 else "does not gain")
+        + f" ({_f(raw1)} jobs/s at 1 ms, c={c0}: {_f(raw0)}): its 3 round trips a task "
+        "are made by Celery's main process, one after the other, whatever the concurrency. "
+        "A worker host across a slow link should run more processes than cores "
+        '(docs/operations.md, "Slow links").',
     ]
 
 
@@ -241,10 +243,15 @@ def _findings(slow: dict[str, Any], c: str, run: dict[str, Any]) -> list[str]:
         f"whole cycle without latency is only {cycle0:.0f} ms. The group commit's `BEGIN` "
         "and `COMMIT` are gone already (4 PostgreSQL round trips a message before, 2 now: "
         "it raised both drains, not their ratio, since the Redis side dominates). What "
-        "would remove most of the rest: a second message prefetched per process on the "
-        "batch queue, so the ack and the next delivery overlap the work instead of "
-        "preceding it (3 Redis round trips off the critical path; a change to the worker "
-        "safety checks, not made yet).",
+        "would take most of the rest off one process's critical path: a second message "
+        "prefetched per process on the batch queue, so the ack and the next delivery "
+        "overlap the work (3 Redis round trips); not made: the worker refuses a prefetch "
+        "above 1 for a jobs queue, so that no message waits behind a running job. More "
+        "processes overlap the waits without that cost (below); the machine's 2 cores, "
+        "shared by the worker, PostgreSQL, Redis and the proxies, are the other limit "
+        f"(worker CPU per job {d0['worker_cpu_ms_per_job']:.2f} ms at 0 ms, "
+        f"{d1['worker_cpu_ms_per_job']:.2f} at 1 ms; the proxies' "
+        f"{d0['proxy_cpu_ms_per_job']:.3f} and {d1['proxy_cpu_ms_per_job']:.3f}).",
         "",
         "**The proxy's own cost.** The proxy is Python (asyncio) in the driver process: "
         f"a round trip through it at 0 ms took {_rtt(slow, 'proxy0')} against "
