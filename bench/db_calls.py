@@ -78,7 +78,7 @@ def scenario_calls(b: Any) -> dict[str, Any]:
     import jobs
     from bench import scenarios
     from bench.infra import db_name, vacuum
-    from jobs import services
+    from jobs import lifecycle
     from jobs.claims import job_claim_id
     from outbox.conf import outbox_settings
     from outbox.marks import outbox_mark_published
@@ -114,7 +114,7 @@ def scenario_calls(b: Any) -> dict[str, Any]:
         raise RuntimeError("calls: a claim did not claim; the database is not clean")
     out["complete"], _ = _measure(
         "complete",
-        lambda lease: services.job_complete(lease, result={}, local_effects=[]),
+        lambda lease: lifecycle.job_complete(lease, result={}, local_effects=[]),
         leases,
     )
     for key in ("postgres_ms", "driver_ms", "wall_ms"):

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def submit(**kwargs: Any) -> Job:
-    """Accept a job (see jobs.services.job_submit); callable in or out of a transaction."""
+    """Accept a job (see jobs.submission.job_submit); callable in or out of a transaction."""
     from .submission import job_submit
 
     return job_submit(**kwargs)

@@ -49,6 +49,7 @@ from . import dispatch, lifecycle, prepared, registry, runtime, tracing
 from .claims import json_value, lease_from_row
 from .conf import jobs_settings
 from .context import JobContext
+from .counters import DUPLICATE_DELIVERIES, counter_increment
 from .exceptions import LeaseLost
 from .failpoints import failpoint
 from .gate import database_failed, retried_when_refused
@@ -57,7 +58,6 @@ from .leases import BatchHeartbeat, Lease, Member
 from .logging import job_log_context
 from .outcomes import Outcome
 from .runtime import ExecutionReport, Verdict
-from .signals import DUPLICATE_DELIVERIES, signal_increment
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ def execute_many(
     aside.extend(hints[job_id] for job_id in others)
     reports = [ExecutionReport(Outcome.DUPLICATE, str(job_id)) for job_id in duplicates]
     if duplicates:
-        signal_increment(DUPLICATE_DELIVERIES, by=len(duplicates))
+        counter_increment(DUPLICATE_DELIVERIES, by=len(duplicates))
     if claimed:
         reports += _run_and_commit(claimed)
     return reports + _one_by_one(aside, started=started)

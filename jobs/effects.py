@@ -24,11 +24,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from .counters import DUPLICATE_EFFECTS, EFFECTS_REUSED, counter_increment
 from .exceptions import LeaseLost
 from .leases import Lease, fenced, fenced_transaction, report_stale_write
 from .models import EffectLedgerEntry, EffectState
 from .retry import Category, classify
-from .signals import DUPLICATE_EFFECTS, EFFECTS_REUSED, signal_increment
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def effect_record(
         return
     if state == EffectState.APPLIED and query.filter(state=EffectState.APPLIED).exists():
         # The same generation applied it twice: must never happen; make it visible.
-        signal_increment(DUPLICATE_EFFECTS)
+        counter_increment(DUPLICATE_EFFECTS)
         logger.error("effect applied twice", extra={**lease.log_extra(), "effect": entry.name})
         return
     report_stale_write(lease, f"effect {entry.name}: record")
@@ -113,7 +113,7 @@ def effect_run(lease: Lease, name: str, fn: Callable[[str], Any]) -> Any:
     """Call `fn(idempotency_key)` at most once to success; later attempts get the stored outcome."""
     entry = effect_begin(lease, name)
     if entry.state == EffectState.APPLIED:
-        signal_increment(EFFECTS_REUSED)
+        counter_increment(EFFECTS_REUSED)
         return entry.outcome
     try:
         outcome = fn(entry.idempotency_key)
@@ -130,7 +130,7 @@ def effect_apply_local(lease: Lease, name: str, fn: Callable[[str], Any]) -> Any
     """Inside the completion transaction: run a database effect once and ledger it as applied."""
     entry = _lock_entry(lease, name, local=True)
     if entry.state == EffectState.APPLIED:
-        signal_increment(EFFECTS_REUSED)
+        counter_increment(EFFECTS_REUSED)
         return entry.outcome
     outcome = fn(entry.idempotency_key)
     entry.state = EffectState.APPLIED

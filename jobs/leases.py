@@ -32,9 +32,9 @@ from django.db.models import QuerySet
 from outbox.background import Background, PerProcess
 
 from . import prepared
+from .counters import STALE_WRITES_REJECTED, counter_increment
 from .exceptions import LeaseLost
 from .models import Job
-from .signals import STALE_WRITES_REJECTED, signal_increment
 from .states import JobState
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def job_update_if_leased(lease: Lease, **fields: Any) -> None:
 
 def report_stale_write(lease: Lease, where: str) -> None:
     """Loud, never silent: a counter and a log line for a fenced write that matched nothing."""
-    signal_increment(STALE_WRITES_REJECTED)
+    counter_increment(STALE_WRITES_REJECTED)
     logger.warning("stale write rejected at %s", where, extra=lease.log_extra())
 
 

@@ -23,11 +23,11 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import lifecycle, registry
+from .counters import EXPIRED_LEASES, counter_increment
 from .exceptions import LeaseLost
 from .leases import Lease
 from .models import Job, JobEvent
 from .retry import Action, Category, RetryPolicy, decide
-from .signals import EXPIRED_LEASES, signal_increment
 from .states import JobState
 
 logger = logging.getLogger(__name__)
@@ -123,6 +123,6 @@ def jobs_reap(*, limit: int = 500) -> ReapResult:
                 continue
             result.expired += 1
     if result.expired:
-        signal_increment(EXPIRED_LEASES, by=result.expired)
+        counter_increment(EXPIRED_LEASES, by=result.expired)
         logger.info("reaper recovered %d expired leases", result.expired)
     return result

@@ -31,6 +31,12 @@ from django.utils import timezone
 from . import dispatch, lifecycle, registry, services, tracing
 from .claims import Claim, ClaimStatus, job_claim_id
 from .context import JobContext
+from .counters import (
+    DEFERRED_DELIVERIES,
+    DUPLICATE_DELIVERIES,
+    INCOMPATIBLE_DEPLOYMENT,
+    counter_increment,
+)
 from .exceptions import LeaseLost
 from .failpoints import failpoint
 from .gate import database_failed, database_unreachable, retried_when_refused
@@ -39,12 +45,6 @@ from .leases import Heartbeat, Lease
 from .logging import job_log_context
 from .outcomes import Outcome
 from .retry import Action, Category, Decision, classify, decide, failure_summary
-from .signals import (
-    DEFERRED_DELIVERIES,
-    DUPLICATE_DELIVERIES,
-    INCOMPATIBLE_DEPLOYMENT,
-    signal_increment,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -60,23 +60,17 @@ class ExecutionReport:
     generation: int | None = None
 
 
-def worker_name() -> str:
-    """A fresh lease-owner token per claim: `<worker>:<nonce>:<pid>`, the worker named as
-    /ops/ and Flower name it (jobs.ops.workers)."""
-    return lease_owner_token()
-
-
 def _miss(claim: Claim) -> Outcome:
     """Why a claim found nothing: a live lease elsewhere or a finished job is a duplicate
     delivery; an early message re-arms the job's wake-up; a job waiting for its turn is
     handed over later (or an expired lease out of budget goes to the reaper)."""
     if claim.status in (ClaimStatus.FINISHED, ClaimStatus.BUSY):
-        signal_increment(DUPLICATE_DELIVERIES)
+        counter_increment(DUPLICATE_DELIVERIES)
         logger.info("duplicate delivery", extra={"job_id": str(claim.job_id)})
         return Outcome.DUPLICATE
     if claim.status is ClaimStatus.EARLY:
         services.job_rearm_if_early(job_id=claim.job_id)
-    signal_increment(DEFERRED_DELIVERIES)
+    counter_increment(DEFERRED_DELIVERIES)
     return Outcome.DEFERRED
 
 
@@ -94,7 +88,9 @@ def execute(
     the message's others (its trace context: jobs.tracing). Every line logged meanwhile names
     the job (jobs.logging.JobContextFilter)."""
     with job_log_context(job_id=str(job_id)), tracing.job_delivery(job_id, hints):
-        return _deliver(job_id, owner=worker or worker_name(), kind=kind, kind_version=kind_version)
+        return _deliver(
+            job_id, owner=worker or lease_owner_token(), kind=kind, kind_version=kind_version
+        )
 
 
 def claim_reconnecting[T](claim: Callable[[], T]) -> T:
@@ -135,7 +131,7 @@ def _execute_leased(claim: Claim, lease: Lease) -> ExecutionReport:
     failpoint("worker.after_claim")
     spec = registry.kind_version(lease.kind, lease.kind_version)
     if spec is None:
-        signal_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{lease.kind}:v{lease.kind_version}")
+        counter_increment(INCOMPATIBLE_DEPLOYMENT, label=f"{lease.kind}:v{lease.kind_version}")
         lifecycle.job_release_incompatible(lease, delay=INCOMPATIBLE_RETRY_DELAY)
         return ExecutionReport(Outcome.INCOMPATIBLE, str(lease.job_id), lease.generation)
     try:

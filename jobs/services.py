@@ -10,39 +10,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import dispatch, submission
-from .events import job_event_new, job_event_record
+from . import dispatch
+from .events import job_event_record
 from .exceptions import InvalidTransition
 from .leases import Lease
-from .lifecycle import (
-    job_cancel_finish,
-    job_complete,
-    job_quarantine,
-    job_release_incompatible,
-    job_retry_schedule,
-)
 from .models import Job
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
-
-EXECUTE_TASK = dispatch.EXECUTE_TASK
-job_enqueue_execute = dispatch.job_enqueue_execute
-job_submit = submission.job_submit
-
-# Leaving a lease lives in jobs.lifecycle; these names stay importable from here.
-__all__ = [
-    "job_cancel",
-    "job_cancel_finish",
-    "job_complete",
-    "job_event_new",
-    "job_event_record",
-    "job_quarantine",
-    "job_release_incompatible",
-    "job_retry_schedule",
-    "job_submit",
-    "job_transition",
-]
 
 
 def _handoff(job: Job | Lease, *, left_active: bool) -> None:
@@ -73,7 +48,7 @@ def job_rearm_if_early(*, job_id: UUID) -> bool:
             return False  # due, so not early: it waits for its turn (admission hand-over)
         if OutboxEntry.objects.filter(job_id=job_id, published_at__isnull=True).exists():
             return False
-        job_enqueue_execute(job, available_at=job.next_attempt_at)
+        dispatch.job_enqueue_execute(job, available_at=job.next_attempt_at)
         return True
 
 

@@ -16,6 +16,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from demo import demo_kinds  # noqa: F401  (registers demo.report and demo.slow here too)
 from jobs.artifacts import artifact_name
+from jobs.counters import (
+    DUPLICATE_DELIVERIES,
+    DUPLICATE_EFFECTS,
+    EFFECTS_REUSED,
+    STALE_WRITES_REJECTED,
+    counter_values,
+)
 from jobs.models import (
     EffectLedgerEntry,
     EffectState,
@@ -25,13 +32,6 @@ from jobs.models import (
 )
 from jobs.ops.workers import workers_live
 from jobs.reaper import jobs_reap
-from jobs.signals import (
-    DUPLICATE_DELIVERIES,
-    DUPLICATE_EFFECTS,
-    EFFECTS_REUSED,
-    STALE_WRITES_REJECTED,
-    signal_values,
-)
 
 from .processes import (
     Child,
@@ -104,14 +104,14 @@ class Demo:
             time.sleep(0.1)
 
     def signal_delta(self, name: str) -> int:
-        return signal_values().get((name, ""), 0) - self.signals_before.get((name, ""), 0)
+        return counter_values().get((name, ""), 0) - self.signals_before.get((name, ""), 0)
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> DemoReport:
         with self.progress:
             try:
                 self.start_infrastructure()
-                self.signals_before = signal_values()
+                self.signals_before = counter_values()
                 self.drill_crash_after_effect()
                 self.drill_paused_worker()
                 self.drill_malformed()

@@ -1,7 +1,7 @@
 """Prometheus metrics read from the database at scrape time.
 
 Values come from the tables (job counts grouped by state, partial indexes for ages) and from
-the counters of jobs.signals and outbox.counters, so every web process reports the same
+the counters of jobs.counters and outbox.counters, so every web process reports the same
 numbers however many workers wrote them; no multiprocess directory, nothing lost when a
 worker dies. Never job input, results or payloads: only counts, ages and kind names.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from jobs import signals
+from jobs import counters
 from jobs.states import ACTIVE, JobState
 from outbox.counters import RELAY_PUBLISHED, counter_value
 
@@ -22,15 +22,15 @@ from .workers import workers_live
 
 PREFIX = "jobs_"
 
-# Rare events no row records: (signal name, help). Counter names end in _total.
-SIGNAL_COUNTERS: tuple[tuple[str, str], ...] = (
-    (signals.DUPLICATE_DELIVERIES, "Deliveries of a job that was finished or leased elsewhere."),
-    (signals.DUPLICATE_EFFECTS, "External effects applied twice for one key (must stay 0)."),
-    (signals.STALE_WRITES_REJECTED, "Fenced writes by an old generation that matched no row."),
-    (signals.EFFECTS_REUSED, "Effects whose stored outcome was reused instead of calling again."),
-    (signals.EXPIRED_LEASES, "Leases the reaper found expired and recovered."),
-    (signals.DEFERRED_DELIVERIES, "Deliveries acknowledged because the job was not runnable yet."),
-    (signals.REDELIVERED, "Jobs published again: no claim within the delivery deadline."),
+# Rare events no row records: (counter name, help). Counter names end in _total.
+EVENT_COUNTERS: tuple[tuple[str, str], ...] = (
+    (counters.DUPLICATE_DELIVERIES, "Deliveries of a job that was finished or leased elsewhere."),
+    (counters.DUPLICATE_EFFECTS, "External effects applied twice for one key (must stay 0)."),
+    (counters.STALE_WRITES_REJECTED, "Fenced writes by an old generation that matched no row."),
+    (counters.EFFECTS_REUSED, "Effects whose stored outcome was reused instead of calling again."),
+    (counters.EXPIRED_LEASES, "Leases the reaper found expired and recovered."),
+    (counters.DEFERRED_DELIVERIES, "Deliveries acknowledged because the job was not runnable yet."),
+    (counters.REDELIVERED, "Jobs published again: no claim within the delivery deadline."),
 )
 
 
@@ -40,7 +40,7 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 
 
 class JobsCollector(Collector):
-    """Reads the job, outbox, ledger and signal tables on every collect()."""
+    """Reads the job, outbox, ledger and counter tables on every collect()."""
 
     def collect(self) -> Iterator[Metric]:
         by_state = selectors.job_counts_by_state()
@@ -73,7 +73,7 @@ class JobsCollector(Collector):
             value=selectors.expired_lease_count(),
         )
         yield from self._outbox()
-        yield from self._signals()
+        yield from self._counters()
         yield from self._latency()
         yield GaugeMetricFamily(
             PREFIX + "workers_seen",
@@ -102,9 +102,9 @@ class JobsCollector(Collector):
             counter_value(RELAY_PUBLISHED),
         )
 
-    def _signals(self) -> Iterator[Metric]:
-        values = signals.signal_values()
-        for name, doc in SIGNAL_COUNTERS:
+    def _counters(self) -> Iterator[Metric]:
+        values = counters.counter_values()
+        for name, doc in EVENT_COUNTERS:
             total = sum(v for (n, _label), v in values.items() if n == name)
             yield _counter(name, doc, total)
         incompatible = CounterMetricFamily(
@@ -113,7 +113,7 @@ class JobsCollector(Collector):
             labels=["kind_version"],
         )
         for (name, label), value in sorted(values.items()):
-            if name == signals.INCOMPATIBLE_DEPLOYMENT:
+            if name == counters.INCOMPATIBLE_DEPLOYMENT:
                 incompatible.add_metric([label], value)
         yield incompatible
 

@@ -36,9 +36,9 @@ from django.utils import timezone
 
 from jobs import registry
 from jobs.conf import jobs_settings
+from jobs.counters import INCOMPATIBLE_DEPLOYMENT, counter_values
 from jobs.dispatch import job_republish
 from jobs.models import Job
-from jobs.signals import INCOMPATIBLE_DEPLOYMENT, signal_values
 from jobs.states import ACTIVE, CLAIMABLE, JobState
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_until_empty
@@ -232,7 +232,7 @@ def reconcile_run(*, repair: bool = False, stale_after: float | None = None) -> 
         open_quarantine=selectors.open_quarantine_count(),
         incompatible_deployment={
             label: value
-            for (name, label), value in sorted(signal_values().items())
+            for (name, label), value in sorted(counter_values().items())
             if name == INCOMPATIBLE_DEPLOYMENT
         },
         outbox_pending=lag.pending,

@@ -44,9 +44,9 @@ from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
 from jobs.conf import jobs_settings
+from jobs.counters import REDELIVERED, counter_increment
 from jobs.dispatch import job_republish
 from jobs.models import DrainSample, Job
-from jobs.signals import REDELIVERED, signal_increment
 from jobs.states import CLAIMABLE, JobState
 from outbox.models import OutboxEntry
 from outbox.services import outbox_publish_together
@@ -343,7 +343,7 @@ def redeliver_run(*, rule: DeadlineRule | None = None, batch: int | None = None)
         overdue = _overdue(jobs, now=now, drain=drain, samples=samples, rule=rule)[:most]
         result.redelivered = _republish(overdue) if overdue else []
     if result.redelivered:
-        signal_increment(REDELIVERED, by=len(result.redelivered))
+        counter_increment(REDELIVERED, by=len(result.redelivered))
         logger.warning(
             "redeliverer published %d jobs again: no claim within the delivery deadline",
             len(result.redelivered),

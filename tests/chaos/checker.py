@@ -194,14 +194,14 @@ def check_run(
     require_fences: bool = True,
 ) -> CheckReport:
     """Run every check against the database (and the provider's /stats); see module doc."""
-    from jobs.models import Job, JobEvent
-    from jobs.signals import (
+    from jobs.counters import (
         DUPLICATE_DELIVERIES,
         DUPLICATE_EFFECTS,
         EXPIRED_LEASES,
         STALE_WRITES_REJECTED,
-        signal_values,
+        counter_values,
     )
+    from jobs.models import Job, JobEvent
 
     report = CheckReport()
     jobs = list(Job.objects.all())
@@ -213,7 +213,7 @@ def check_run(
     for job in jobs:
         _check_trail(report, job, events[str(job.pk)])
     _check_effects(report, jobs, provider)
-    values = signal_values()
+    values = counter_values()
     report.signals = {name: value for (name, label), value in values.items() if not label}
     duplicates = report.signals.get(DUPLICATE_DELIVERIES, 0)
     stale = report.signals.get(STALE_WRITES_REJECTED, 0)

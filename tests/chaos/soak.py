@@ -272,7 +272,7 @@ class Soak:
         """One submission call: `job_submit` for one job; `jobs.submit_many` for a group (one
         transaction; its rows are published after the commit in batch messages)."""
         from jobs.bulk_submit import job_submit_many
-        from jobs.services import job_submit
+        from jobs.submission import job_submit
 
         if len(requests) == 1:
             ((i, kind, payload),) = requests

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from jobs.counters import DUPLICATE_DELIVERIES, counter_value
 from jobs.models import Job, JobEvent
-from jobs.signals import DUPLICATE_DELIVERIES, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
 from tests.harness import broker_job_ids as harness_broker_job_ids
@@ -36,7 +36,7 @@ def _two_messages_run_the_job_once(harness: Harness, job: Job, worker: str) -> N
     is counted as a duplicate delivery and acked; one lease event, one success."""
     harness.start_worker(worker)
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        lambda: counter_value(DUPLICATE_DELIVERIES) == 1,
         timeout=60,
         what="the second delivery to be counted as a duplicate",
     )

@@ -29,15 +29,15 @@ import redis
 import jobs
 import tests.kinds_batch_chaos  # noqa: F401  (registers the kinds in this process too)
 from demo.procs import process_alive
-from jobs.effects import effect_idempotency_key
-from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
-from jobs.reaper import jobs_reap
-from jobs.signals import (
+from jobs.counters import (
     DUPLICATE_DELIVERIES,
     DUPLICATE_EFFECTS,
     EFFECTS_REUSED,
-    signal_value,
+    counter_value,
 )
+from jobs.effects import effect_idempotency_key
+from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
+from jobs.reaper import jobs_reap
 from outbox.models import OutboxEntry
 from tests.harness import Harness, Proc, wait_until
 from tests.kinds_batch_chaos import EFFECT_NAME, EFFECTS, LOG_DIR_ENV, STARTS
@@ -179,7 +179,7 @@ def assert_effects_once(harness: Harness, batch: list[Job]) -> dict[str, EffectL
         assert 1 <= calls[entry.idempotency_key] <= entry.calls, (job.pk, calls, entry.calls)
         entries[str(job.pk)] = entry
     assert set(calls) <= {mark_key(job) for job in batch}
-    assert signal_value(DUPLICATE_EFFECTS) == 0
+    assert counter_value(DUPLICATE_EFFECTS) == 0
     return entries
 
 
@@ -298,7 +298,7 @@ def test_batch_killed_with_half_the_handlers_done(harness: Harness, user: Any) -
             assert starts[key] in (1, 2)
             reran_unapplied += starts[key] == 2
     assert reran_unapplied <= 1  # at most the handler the kill interrupted before its effect
-    assert signal_value(EFFECTS_REUSED) >= len(applied_before)
+    assert counter_value(EFFECTS_REUSED) >= len(applied_before)
     assert worker.alive() and worker.children() != [child]  # the pool replaced its child
     wait_until(harness.broker_idle, timeout=30, what="every message acked")
     # The killed run had not acked its message: it was rejected back and delivered again.
@@ -318,7 +318,7 @@ def test_batch_killed_after_group_commit_before_ack(harness: Harness, user: Any)
     children = worker.children()
 
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == len(batch),
+        lambda: counter_value(DUPLICATE_DELIVERIES) == len(batch),
         timeout=60,
         what="the redelivered batch to be counted as duplicates",
     )
@@ -335,7 +335,7 @@ def test_batch_killed_after_group_commit_before_ack(harness: Harness, user: Any)
         assert (job.generation, job.attempt) == (1, 1)
         assert JobEvent.objects.filter(job=job, to_state="leased").count() == 1
         assert entries[str(job.pk)].calls == 1
-    assert signal_value(DUPLICATE_DELIVERIES) == len(batch)
+    assert counter_value(DUPLICATE_DELIVERIES) == len(batch)
 
 
 def test_relay_killed_after_batch_publish_before_mark(
@@ -384,7 +384,7 @@ def test_relay_killed_after_batch_publish_before_mark(
         what="every job to succeed and every message to be acked",
     )
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == len(batch),
+        lambda: counter_value(DUPLICATE_DELIVERIES) == len(batch),
         timeout=30,
         what="one duplicate delivery per job",
     )

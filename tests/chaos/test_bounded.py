@@ -14,10 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 import jobs
+from jobs.counters import STALE_WRITES_REJECTED, counter_value
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.retry import backoff_ceiling
-from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from outbox.relay import outbox_relay_until_empty
 from tests.harness import Harness, wait_until
 
@@ -254,12 +254,12 @@ def test_paused_worker_late_writes_never_make_two_terminal_states__sigstop_past_
         harness.start_worker("w2", env=env)
         job = wait_state(job, "succeeded", timeout=120, reap=True)
         assert job.result is not None and job.result["worker"] == "w2"
-        stale_before = signal_value(STALE_WRITES_REJECTED)
+        stale_before = counter_value(STALE_WRITES_REJECTED)
     finally:
         os.kill(child, signal.SIGCONT)
     # The paused worker wakes up and tries to write: every write is fenced by generation.
     wait_until(
-        lambda: signal_value(STALE_WRITES_REJECTED) > stale_before,
+        lambda: counter_value(STALE_WRITES_REJECTED) > stale_before,
         timeout=60,
         what="the paused worker's late write to be rejected",
     )

@@ -11,7 +11,7 @@ import pytest
 
 import tests.kinds_chaos  # noqa: F401 - registers the chaos kinds in this (submitting) process
 from jobs.models import EffectLedgerEntry, Job
-from jobs.services import job_submit
+from jobs.submission import job_submit
 from tests.chaos.checker import check_run
 from tests.chaos.soak import oldest_queued_age
 from tests.harness import Harness, wait_until

@@ -19,16 +19,16 @@ from django.db import transaction
 import jobs
 import tests.kinds_for_tests  # noqa: F401  (registers test.report in this process too)
 from demo.procs import process_alive
-from jobs.effects import effect_idempotency_key
-from jobs.models import EffectLedgerEntry, Job, JobEvent
-from jobs.reaper import jobs_reap
-from jobs.signals import (
+from jobs.counters import (
     DUPLICATE_DELIVERIES,
     DUPLICATE_EFFECTS,
     EFFECTS_REUSED,
     STALE_WRITES_REJECTED,
-    signal_value,
+    counter_value,
 )
+from jobs.effects import effect_idempotency_key
+from jobs.models import EffectLedgerEntry, Job, JobEvent
+from jobs.reaper import jobs_reap
 from outbox.services import outbox_enqueue
 from tests.harness import Harness, Proc, wait_until
 from tests.kinds_for_tests import CALLS_FILE_ENV
@@ -98,7 +98,7 @@ def assert_one_artifact_one_notice(harness: Harness, job: Job) -> None:
     assert 1 <= stats["requests_by_key"][key] <= entry.calls
     assert EffectLedgerEntry.objects.filter(job=job).count() == 1
     assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1
-    assert signal_value(DUPLICATE_EFFECTS) == 0
+    assert counter_value(DUPLICATE_EFFECTS) == 0
 
 
 def assert_killed_around_the_notice__one_logical_send(harness: Harness, job: Job) -> None:
@@ -114,11 +114,11 @@ def assert_killed_around_the_notice__one_logical_send(harness: Harness, job: Job
     assert entry.outcome is not None
     if requests == 1:
         assert (entry.calls, entry.generation, entry.outcome["replayed"]) == (1, 1, False)
-        assert signal_value(EFFECTS_REUSED) == 1
+        assert counter_value(EFFECTS_REUSED) == 1
     else:
         assert (requests, entry.calls, entry.generation) == (2, 2, 2)
         assert entry.outcome["replayed"] is True
-        assert signal_value(EFFECTS_REUSED) == 0
+        assert counter_value(EFFECTS_REUSED) == 0
 
 
 def test_job_84_worker_dies_after_artifact_and_notice__second_worker_finishes_without_repeats(
@@ -152,7 +152,7 @@ def test_job_84_worker_dies_after_artifact_and_notice__second_worker_finishes_wi
     assert harness.provider_stats()["requests_by_key"] == {notice_key(job): 1}
     entry = EffectLedgerEntry.objects.get(job=job, name=NOTICE)
     assert (entry.calls, entry.generation) == (1, 1)  # applied once, by the first generation
-    assert signal_value(EFFECTS_REUSED) == 1
+    assert counter_value(EFFECTS_REUSED) == 1
     owners = list(
         JobEvent.objects.filter(job=job, to_state="leased")
         .order_by("generation")
@@ -198,7 +198,7 @@ def test_crash_after_completion_commit_before_ack__redelivery_is_acked_without_r
     job = jobs.submit(kind="test.report_long", input=JOB_84, owner=user)
 
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        lambda: counter_value(DUPLICATE_DELIVERIES) == 1,
         timeout=90,
         what="the redelivered message to be counted as a duplicate",
     )
@@ -251,7 +251,7 @@ def test_lease_expiry_while_first_worker_paused__its_completion_is_rejected_and_
         timeout=60,
         what="worker 1's late completion to be rejected and logged",
     )
-    assert signal_value(STALE_WRITES_REJECTED) >= 1
+    assert counter_value(STALE_WRITES_REJECTED) >= 1
     done = job_now(job)
     assert (done.state, done.generation) == ("succeeded", 2)
     assert done.lease_owner is not None and done.lease_owner.startswith("w2:")
@@ -283,7 +283,7 @@ def test_lease_expiry_while_first_worker_paused_mid_work__ledger_refuses_its_eff
         what="worker 1 to find its lease gone",
     )
     wait_until(lambda: "lease lost" in first.log(), timeout=30, what="worker 1 to give up")
-    assert signal_value(STALE_WRITES_REJECTED) >= 1
+    assert counter_value(STALE_WRITES_REJECTED) >= 1
     done = job_now(job)
     assert (done.state, done.generation) == ("succeeded", 2)
     entry = EffectLedgerEntry.objects.get(job=job, name=NOTICE)
@@ -334,7 +334,7 @@ def test_duplicate_delivery_during_live_lease__acked_and_left_to_the_owner(
             kwargs={"job_id": str(job.pk), "generation": 0},
         )
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) == 1,
+        lambda: counter_value(DUPLICATE_DELIVERIES) == 1,
         timeout=60,
         what="the duplicate delivery to be counted",
     )
@@ -342,8 +342,8 @@ def test_duplicate_delivery_during_live_lease__acked_and_left_to_the_owner(
 
     wait_until(lambda: job_now(job).state == "succeeded", timeout=60, what="the owner to finish")
     wait_until(harness.broker_idle, timeout=30, what="both messages acked")
-    assert signal_value(DUPLICATE_DELIVERIES) == 1
-    assert signal_value(DUPLICATE_EFFECTS) == 0
+    assert counter_value(DUPLICATE_DELIVERIES) == 1
+    assert counter_value(DUPLICATE_EFFECTS) == 0
     assert job_now(job).generation == 1
     assert len(handler_calls(harness)) == 1
     assert harness.provider_stats()["total_requests"] == 1

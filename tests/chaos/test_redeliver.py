@@ -15,8 +15,8 @@ import pytest
 import redis
 
 import jobs
+from jobs.counters import DUPLICATE_EFFECTS, REDELIVERED, counter_value
 from jobs.models import Job, JobEvent
-from jobs.signals import DUPLICATE_EFFECTS, REDELIVERED, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import Harness, Proc, broker_job_ids, wait_until
 
@@ -121,7 +121,7 @@ def test_message_handed_to_a_consumer_then_sigkilled__republished_and_run_once_i
     done = Job.objects.get(pk=job.pk)
     assert (done.generation, done.attempt) == (1, 1)  # one claim, one handler run
     assert JobEvent.objects.filter(job=job, actor="redeliverer").count() >= 1
-    assert signal_value(REDELIVERED) >= 1
+    assert counter_value(REDELIVERED) >= 1
     stats = harness.provider_stats()
     assert stats["duplicate_sends"] == 0 and len(stats["requests_by_key"]) == 1
-    assert signal_value(DUPLICATE_EFFECTS) == 0
+    assert counter_value(DUPLICATE_EFFECTS) == 0

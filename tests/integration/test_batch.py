@@ -18,16 +18,16 @@ import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this proce
 from jobs import batch, lifecycle, registry
 from jobs.bulk_submit import job_submit_many
 from jobs.claims import job_claim
+from jobs.counters import (
+    DUPLICATE_DELIVERIES,
+    EFFECTS_REUSED,
+    STALE_WRITES_REJECTED,
+    counter_value,
+)
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.runtime import ExecutionReport, Outcome
 from jobs.services import job_cancel
-from jobs.signals import (
-    DUPLICATE_DELIVERIES,
-    EFFECTS_REUSED,
-    STALE_WRITES_REJECTED,
-    signal_value,
-)
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
 from tests.kinds_batch import THIEF, calls
@@ -179,13 +179,13 @@ def test_a_lease_taken_over_before_the_group_commit__only_that_job_is_fenced_out
     first, victim, third = _submit(user, n=1), _submit(user, n=2), _submit(user, n=3)
     thief = _submit(user, "batch.thief", victim=str(victim.pk))
     last = _submit(user, n=5)
-    stale_before = signal_value(STALE_WRITES_REJECTED)
+    stale_before = counter_value(STALE_WRITES_REJECTED)
 
     outcomes = _deliver(first, victim, third, thief, last)
 
     assert outcomes.pop(str(victim.pk)) is Outcome.STALE
     assert set(outcomes.values()) == {Outcome.SUCCEEDED}
-    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert counter_value(STALE_WRITES_REJECTED) == stale_before + 1
     taken = _job(victim)
     assert (taken.state, taken.generation, taken.lease_owner) == ("leased", 2, THIEF)
     assert taken.result is None and taken.attempt == 0  # nothing of ours was written
@@ -205,7 +205,7 @@ def test_a_lease_found_gone_by_the_batch_heartbeat__that_handler_stops_siblings_
     victim = _submit(user, "batch.short", n=2, sleep=20)  # works until told the lease is gone
     thief = _submit(user, "batch.thief", victim=str(victim.pk))
     late = _submit(user, "batch.short", n=4, sleep=1.0)
-    stale_before = signal_value(STALE_WRITES_REJECTED)
+    stale_before = counter_value(STALE_WRITES_REJECTED)
 
     started = time.monotonic()
     outcomes = _deliver(early, thief, victim, late)
@@ -218,7 +218,7 @@ def test_a_lease_found_gone_by_the_batch_heartbeat__that_handler_stops_siblings_
         str(victim.pk): Outcome.STALE,
         str(late.pk): Outcome.SUCCEEDED,
     }
-    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert counter_value(STALE_WRITES_REJECTED) == stale_before + 1
     assert (_job(victim).generation, _job(victim).lease_owner) == (2, THIEF)
     for job in (early, late):
         done = _job(job)
@@ -357,7 +357,7 @@ def test_the_same_batch_message_twice__the_second_is_a_duplicate_with_no_new_eff
     events = JobEvent.objects.count()
     ledger = list(EffectLedgerEntry.objects.order_by("id").values_list("id", "state", "calls"))
     lines = Path(calls_file).read_text()
-    duplicates = signal_value(DUPLICATE_DELIVERIES)
+    duplicates = counter_value(DUPLICATE_DELIVERIES)
 
     again = _outcomes(batch.execute_many(items))
 
@@ -367,7 +367,7 @@ def test_the_same_batch_message_twice__the_second_is_a_duplicate_with_no_new_eff
         ledger
     )
     assert Path(calls_file).read_text() == lines
-    assert signal_value(DUPLICATE_DELIVERIES) == duplicates + len(batch_jobs)
+    assert counter_value(DUPLICATE_DELIVERIES) == duplicates + len(batch_jobs)
 
 
 def test_budget_spent__later_jobs_released_uncharged__then_succeed_when_delivered_again(
@@ -413,7 +413,7 @@ def test_external_effects_in_batches__applied_once_per_job_across_retries(
     row: one call of the effect per job in all."""
     steady = [_submit(user, "batch.effect", n=n) for n in range(3)]
     flaky = [_submit(user, "batch.effect", n=n, fail_times=1) for n in (3, 4)]
-    reused = signal_value(EFFECTS_REUSED)
+    reused = counter_value(EFFECTS_REUSED)
 
     first = _deliver(*steady, *flaky)
 
@@ -438,7 +438,7 @@ def test_external_effects_in_batches__applied_once_per_job_across_retries(
         1,
         2,
     ]
-    assert signal_value(EFFECTS_REUSED) == reused + len(flaky)
+    assert counter_value(EFFECTS_REUSED) == reused + len(flaky)
 
 
 def test_local_effects_commit_in_their_savepoint__a_fenced_out_one_rolls_back_alone(
@@ -448,13 +448,13 @@ def test_local_effects_commit_in_their_savepoint__a_fenced_out_one_rolls_back_al
     victim = _submit(user, "batch.local", n=2)
     thief = _submit(user, "batch.thief", victim=str(victim.pk))
     last = _submit(user, "batch.local", n=3)
-    stale_before = signal_value(STALE_WRITES_REJECTED)
+    stale_before = counter_value(STALE_WRITES_REJECTED)
 
     outcomes = _deliver(first, victim, thief, last)
 
     assert outcomes.pop(str(victim.pk)) is Outcome.STALE
     assert set(outcomes.values()) == {Outcome.SUCCEEDED}
-    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert counter_value(STALE_WRITES_REJECTED) == stale_before + 1
     for job in (first, last):
         assert _job(job).state == "succeeded"
         entry = EffectLedgerEntry.objects.get(job_id=job.pk, name="receipt")

@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 import jobs
 import tests.kinds_batch  # noqa: F401  (registers the batch kinds in this process too)
 from jobs import batch, registry
+from jobs.counters import STALE_WRITES_REJECTED, counter_value
 from jobs.models import Job, JobEvent
 from jobs.runtime import ExecutionReport, Outcome
-from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import wait_until
 from tests.kinds_batch import THIEF, calls
@@ -107,7 +107,7 @@ def test_a_keyed_head_whose_lease_was_taken_over__fenced_out_alone__its_key_not_
     other = _keyed(user, "o", n=3)
     other_next = _keyed(user, "o", n=4)
     thief = jobs.submit(kind="batch.thief", input={"victim": str(victim.pk)}, owner=user)
-    stale_before = signal_value(STALE_WRITES_REJECTED)
+    stale_before = counter_value(STALE_WRITES_REJECTED)
 
     outcomes = _outcomes(batch.execute_many([_item(j) for j in (victim, other, thief)]))
 
@@ -116,7 +116,7 @@ def test_a_keyed_head_whose_lease_was_taken_over__fenced_out_alone__its_key_not_
         str(other.pk): Outcome.SUCCEEDED,
         str(thief.pk): Outcome.SUCCEEDED,
     }
-    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert counter_value(STALE_WRITES_REJECTED) == stale_before + 1
     taken = _job(victim)
     assert (taken.state, taken.lease_owner, taken.result) == ("leased", THIEF, None)
     assert _messages(victim_next) == 0

@@ -11,11 +11,12 @@ from django.utils import timezone
 import jobs
 from jobs.claims import job_claim
 from jobs.exceptions import InvalidTransition
+from jobs.lifecycle import job_retry_schedule
 from jobs.models import Job, JobEvent
 from jobs.reaper import jobs_reap
 from jobs.retry import Action, Category, Decision
 from jobs.runtime import Outcome
-from jobs.services import job_cancel, job_retry_schedule
+from jobs.services import job_cancel
 from tests.harness import Harness, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

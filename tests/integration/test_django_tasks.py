@@ -35,12 +35,12 @@ from django.test import Client
 
 import jobs
 from jobs import registry
+from jobs.counters import DUPLICATE_EFFECTS, EFFECTS_REUSED, counter_value
 from jobs.exceptions import TransientError, ValidationFailed
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.ops.reconcile import reconcile_run
 from jobs.reaper import jobs_reap
 from jobs.services import job_cancel
-from jobs.signals import DUPLICATE_EFFECTS, EFFECTS_REUSED, signal_value
 from jobs.tasks_backend import JobCancelled, ReturnValueNotJSON, WorkerLost
 from outbox.models import OutboxEntry
 from tests.harness import ROOT, Harness, Proc, wait_until
@@ -389,7 +389,7 @@ def test_worker_sigkilled_mid_task__successful_once_and_its_ledger_effect_applie
         charge["key"],
     )
     assert JobEvent.objects.filter(job_id=result.id, to_state="succeeded").count() == 1
-    assert signal_value(EFFECTS_REUSED) >= 1 and signal_value(DUPLICATE_EFFECTS) == 0
+    assert counter_value(EFFECTS_REUSED) >= 1 and counter_value(DUPLICATE_EFFECTS) == 0
 
 
 # -- what the backend refuses, and what it does not find -------------------------------------

@@ -14,9 +14,9 @@ from documents.models import Document, DocumentIndex, DocumentIndexLog, Document
 from documents.services import document_create, document_index_publish_if_newer, document_revise
 from jobs.claims import job_claim
 from jobs.exceptions import Forbidden
+from jobs.lifecycle import job_complete
 from jobs.models import EffectLedgerEntry, Job, QuarantineRecord, Tenant
 from jobs.runtime import Outcome
-from jobs.services import job_complete
 from outbox.models import OutboxEntry
 
 pytestmark = pytest.mark.django_db

@@ -9,12 +9,12 @@ from django.db import connection
 
 import jobs
 from jobs.claims import job_claim
+from jobs.counters import STALE_WRITES_REJECTED, counter_value
 from jobs.exceptions import LeaseLost
+from jobs.identity import lease_owner_token
 from jobs.leases import lease_heartbeat
+from jobs.lifecycle import job_complete
 from jobs.models import Job
-from jobs.runtime import worker_name
-from jobs.services import job_complete
-from jobs.signals import STALE_WRITES_REJECTED, signal_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,17 +37,17 @@ def _forget_claim_as_a_crash_would(job_id: Any) -> None:
 
 def test_same_generation_after_lost_claim__only_the_new_owner_token_may_write(user: Any) -> None:
     job = jobs.submit(kind="noop", input={}, owner=user)
-    lost = job_claim(Job.objects.get(pk=job.pk), worker=worker_name(), lease_seconds=30)
+    lost = job_claim(Job.objects.get(pk=job.pk), worker=lease_owner_token(), lease_seconds=30)
     assert lost is not None and lost.generation == 1
     _forget_claim_as_a_crash_would(job.pk)
-    fresh = job_claim(Job.objects.get(pk=job.pk), worker=worker_name(), lease_seconds=30)
+    fresh = job_claim(Job.objects.get(pk=job.pk), worker=lease_owner_token(), lease_seconds=30)
     assert fresh is not None and fresh.generation == 1  # the number was handed out again
     assert fresh.worker != lost.worker
 
     assert lease_heartbeat(lost).alive is False
     with pytest.raises(LeaseLost):
         job_complete(lost, result={"from": "lost"}, local_effects=[])
-    assert signal_value(STALE_WRITES_REJECTED) == 1
+    assert counter_value(STALE_WRITES_REJECTED) == 1
     job_complete(fresh, result={"from": "fresh"}, local_effects=[])
     done = Job.objects.get(pk=job.pk)
     assert (done.state, done.result, done.lease_owner) == (
@@ -58,6 +58,6 @@ def test_same_generation_after_lost_claim__only_the_new_owner_token_may_write(us
 
 
 def test_owner_token_is_fresh_per_claim_and_keeps_the_pid_last() -> None:
-    first, second = worker_name(), worker_name()
+    first, second = lease_owner_token(), lease_owner_token()
     assert first != second
     assert first.rsplit(":", 1)[1].isdigit()

@@ -10,9 +10,9 @@ import pytest
 
 import jobs
 from jobs.claims import job_claim
+from jobs.counters import STALE_WRITES_REJECTED, counter_value
 from jobs.leases import Heartbeat
 from jobs.models import Job
-from jobs.signals import STALE_WRITES_REJECTED, signal_value
 from tests.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,7 +58,7 @@ def test_two_leases_beat_on_one_thread__a_lost_one_is_reported_once(user: Any) -
     for heartbeat in beats:
         heartbeat.start()
     assert threading.active_count() <= max(threads_before, 1) + 1
-    stale_before = signal_value(STALE_WRITES_REJECTED)
+    stale_before = counter_value(STALE_WRITES_REJECTED)
     # Another owner takes job a over: its next beat finds the fence gone.
     Job.objects.filter(pk=a.pk).update(lease_owner="someone-else")
     wait_until(lost_a.is_set, timeout=5, what="the lost lease to be noticed")
@@ -67,7 +67,7 @@ def test_two_leases_beat_on_one_thread__a_lost_one_is_reported_once(user: Any) -
     for heartbeat in beats:
         heartbeat.stop()
     assert not lost_b.is_set()
-    assert signal_value(STALE_WRITES_REJECTED) == stale_before + 1
+    assert counter_value(STALE_WRITES_REJECTED) == stale_before + 1
 
 
 def test_a_failing_lost_callback_does_not_stop_other_leases_beats(user: Any) -> None:

@@ -17,10 +17,10 @@ from django.db import OperationalError, connection
 import jobs
 from jobs.claims import job_claim, job_claim_id
 from jobs.gate import database_unreachable, sqlstate
+from jobs.identity import lease_owner_token
 from jobs.leases import lease_heartbeat
+from jobs.lifecycle import job_complete
 from jobs.models import Job
-from jobs.runtime import worker_name
-from jobs.services import job_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,11 +59,11 @@ def test_claim_of_a_locked_row_does_not_wait_for_it(user: Any) -> None:
     job = jobs.submit(kind="noop", input={}, owner=user)
     with row_locked(job.pk):
         began = time.monotonic()
-        claim = job_claim_id(job.pk, worker=worker_name(), kind="noop", kind_version=1)
+        claim = job_claim_id(job.pk, worker=lease_owner_token(), kind="noop", kind_version=1)
         assert time.monotonic() - began < 1.0
         assert claim.lease is None
     assert Job.objects.get(pk=job.pk).generation == 0  # nothing was written
-    assert job_claim_id(job.pk, worker=worker_name(), kind="noop", kind_version=1).lease
+    assert job_claim_id(job.pk, worker=lease_owner_token(), kind="noop", kind_version=1).lease
 
 
 @pytest.mark.timeout(60)
@@ -71,7 +71,7 @@ def test_heartbeat_and_completion_of_a_locked_row_fail_after_the_lock_timeout(
     user: Any,
 ) -> None:
     job = jobs.submit(kind="noop", input={}, owner=user)
-    lease = job_claim(Job.objects.get(pk=job.pk), worker=worker_name(), lease_seconds=30)
+    lease = job_claim(Job.objects.get(pk=job.pk), worker=lease_owner_token(), lease_seconds=30)
     assert lease is not None
     with row_locked(job.pk):
         _refused_after_the_lock_timeout(lambda: lease_heartbeat(lease))

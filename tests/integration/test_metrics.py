@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 import jobs
 from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
+from jobs.lifecycle import job_complete
 from jobs.models import Job
 from jobs.reaper import jobs_reap
 from jobs.runtime import Outcome, execute
-from jobs.services import job_complete
 from outbox import marks
 from outbox.models import OutboxEntry
 

@@ -35,9 +35,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import jobs
 from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
+from jobs.lifecycle import job_complete
 from jobs.models import Job
 from jobs.runtime import Outcome, execute
-from jobs.services import job_complete
 from tests.harness import ROOT, wait_until
 
 # Only the tests that scrape /metrics touch the database.

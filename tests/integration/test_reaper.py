@@ -13,14 +13,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import services
+from jobs import lifecycle
 from jobs.claims import job_claim
+from jobs.counters import EXPIRED_LEASES, STALE_WRITES_REJECTED, counter_value
 from jobs.exceptions import LeaseLost
 from jobs.leases import Lease
 from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from jobs.retry import backoff_ceiling
-from jobs.signals import EXPIRED_LEASES, STALE_WRITES_REJECTED, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import ROOT, Harness
 
@@ -74,7 +74,7 @@ def test_expired_lease_becomes_retry_wait__within_budget(user: Any) -> None:
         "kind": job.kind,
         "kind_version": job.kind_version,
     }
-    assert signal_value(EXPIRED_LEASES) == 1
+    assert counter_value(EXPIRED_LEASES) == 1
 
 
 def test_live_lease_is_left_alone__not_expired(user: Any) -> None:
@@ -172,10 +172,10 @@ def test_stale_owner_write_rejected__after_reap(user: Any) -> None:
         claimed_at=timezone.now(),
     )
     jobs_reap()
-    before = signal_value(STALE_WRITES_REJECTED)
+    before = counter_value(STALE_WRITES_REJECTED)
     with pytest.raises(LeaseLost):
-        services.job_complete(stale, result={"late": True}, local_effects=[])
-    assert signal_value(STALE_WRITES_REJECTED) == before + 1
+        lifecycle.job_complete(stale, result={"late": True}, local_effects=[])
+    assert counter_value(STALE_WRITES_REJECTED) == before + 1
     job.refresh_from_db()
     assert job.state == "retry_wait" and job.result is None
 

@@ -155,8 +155,8 @@ def test_lost_jobs_leave_capped_work_to_the_handover__kind_limit_full(
 ) -> None:
     import tests.kinds_ordering  # noqa: F401  (quota.work: kind_limit=2)
     from jobs.claims import job_claim
+    from jobs.lifecycle import job_complete
     from jobs.ops.reconcile import lost_job_ids
-    from jobs.services import job_complete
 
     settings.OUTBOX_FAST_PATH = False
     quota = [jobs.submit(kind="quota.work", input={"n": n}, owner=user) for n in range(4)]

@@ -14,9 +14,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 import jobs
+from jobs.counters import REDELIVERED, counter_value
 from jobs.models import DrainSample, Job, JobEvent, WorkerHeartbeat
 from jobs.ops.redeliver import LOCK_KEY, redeliver_run
-from jobs.signals import REDELIVERED, signal_value
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
 
@@ -99,7 +99,7 @@ def test_redeliver_publishes_a_lost_message_again__within_the_minimum_deadline_a
     )
     done = Job.objects.get(pk=job.pk)
     assert done.generation == 1  # ran once
-    assert signal_value(REDELIVERED) == 1
+    assert counter_value(REDELIVERED) == 1
     assert JobEvent.objects.filter(job=job, actor="redeliverer").count() == 1
     assert OutboxEntry.objects.filter(job_id=job.pk).count() == 2
     assert redeliver_run().redelivered == []  # finished: nothing more to do

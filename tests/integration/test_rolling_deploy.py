@@ -12,8 +12,8 @@ from django.utils import timezone
 import jobs
 from jobs import registry
 from jobs.context import JobContext
+from jobs.counters import INCOMPATIBLE_DEPLOYMENT, counter_value
 from jobs.models import Job
-from jobs.signals import INCOMPATIBLE_DEPLOYMENT, signal_value
 from outbox import marks
 from outbox.models import OutboxEntry
 from outbox.services import outbox_prune
@@ -47,7 +47,7 @@ def test_job_of_an_unknown_version_is_released_without_spending_an_attempt(
     job.refresh_from_db()
     assert (job.state, job.attempt, job.generation) == ("retry_wait", 0, 1)
     assert job.next_attempt_at is not None and job.next_attempt_at > timezone.now()
-    assert signal_value(INCOMPATIBLE_DEPLOYMENT, label="rolling.kind:v2") == 1
+    assert counter_value(INCOMPATIBLE_DEPLOYMENT, label="rolling.kind:v2") == 1
     due = OutboxEntry.objects.filter(job_id=job.pk, published_at__isnull=True).get()
     assert due.available_at == job.next_attempt_at
     # The new release arrives; the job runs on it with its full attempt budget.

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import jobs
+from jobs.counters import DUPLICATE_DELIVERIES, DUPLICATE_EFFECTS, counter_value
 from jobs.models import Job
-from jobs.signals import DUPLICATE_DELIVERIES, DUPLICATE_EFFECTS, signal_value
 from tests.harness import wait_until
 from tests.network.rabbitmq import (
     HEARTBEAT,
@@ -63,8 +63,8 @@ def test_idle_worker_host_cut_past_the_heartbeat__jobs_of_the_cut_run_once_after
     wait_until(lambda: _succeeded(first), timeout=30, what="a job before the cut")
     registered = wait_until(lambda: consumers(site.vhost), timeout=10, what="the consumer")
     assert len(registered) == 1, registered
-    duplicates = signal_value(DUPLICATE_DELIVERIES)
-    effects = signal_value(DUPLICATE_EFFECTS)
+    duplicates = counter_value(DUPLICATE_DELIVERIES)
+    effects = counter_value(DUPLICATE_EFFECTS)
 
     mark = len(worker.log())
     site.host.blackhole()
@@ -148,6 +148,6 @@ def test_idle_worker_host_cut_past_the_heartbeat__jobs_of_the_cut_run_once_after
         assert claimed_by(job.pk) == ["rmq-idle"]
         assert succeeded_events(job.pk) == ["rmq-idle"]
     # The requeued message was the worker's first delivery of its job, not a duplicate.
-    assert signal_value(DUPLICATE_DELIVERIES) == duplicates
-    assert signal_value(DUPLICATE_EFFECTS) == effects
+    assert counter_value(DUPLICATE_DELIVERIES) == duplicates
+    assert counter_value(DUPLICATE_EFFECTS) == effects
     assert worker.alive()

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import jobs
+from jobs.counters import DUPLICATE_DELIVERIES, DUPLICATE_EFFECTS, counter_value
 from jobs.models import Job, JobEvent
-from jobs.signals import DUPLICATE_DELIVERIES, DUPLICATE_EFFECTS, signal_value
 from tests.harness import Proc, wait_until
 from tests.kinds_network import WATCH_LEASE, release, watch_note
 from tests.network.rabbitmq import (
@@ -66,8 +66,8 @@ def test_broker_cut__redelivery_left_to_the_live_lease_and_the_worker_consumes_a
     job: once). A job submitted during the cut runs on the healthy worker at once; after the
     heal the cut worker reconnects and takes jobs again."""
     cut_worker, healthy, long_job = _start_long_job(site, user)
-    duplicates = signal_value(DUPLICATE_DELIVERIES)
-    effects = signal_value(DUPLICATE_EFFECTS)
+    duplicates = counter_value(DUPLICATE_DELIVERIES)
+    effects = counter_value(DUPLICATE_EFFECTS)
 
     mark = len(cut_worker.log())
     site.host.blackhole("amqp")
@@ -86,7 +86,7 @@ def test_broker_cut__redelivery_left_to_the_live_lease_and_the_worker_consumes_a
     )
     noticed = time.monotonic() - cut_at
     wait_until(
-        lambda: signal_value(DUPLICATE_DELIVERIES) > duplicates,
+        lambda: counter_value(DUPLICATE_DELIVERIES) > duplicates,
         timeout=SERVER_NOTICE_BOUND + 10,
         what="RabbitMQ to redeliver the cut worker's unacked message",
     )
@@ -125,11 +125,11 @@ def test_broker_cut__redelivery_left_to_the_live_lease_and_the_worker_consumes_a
     assert during_ran <= DURING_CUT_BOUND
     assert claimed_by(during.pk) == ["rmq-healthy"]
     # The redelivery met a live lease: acked and left to its owner, which finished it once.
-    assert signal_value(DUPLICATE_DELIVERIES) == duplicates + 1
+    assert counter_value(DUPLICATE_DELIVERIES) == duplicates + 1
     assert claimed_by(long_job.pk) == ["rmq-cut"]
     assert succeeded_events(long_job.pk) == ["rmq-cut"]
     assert job_row(long_job.pk).generation == 1
-    assert signal_value(DUPLICATE_EFFECTS) == effects
+    assert counter_value(DUPLICATE_EFFECTS) == effects
     assert reconnected <= RECONNECT_BOUND + MARGIN
     assert claimed_by(after.pk) == ["rmq-cut"]
     assert cut_worker.alive()
@@ -147,7 +147,7 @@ def test_host_cut_off__a_healthy_worker_takes_the_unacked_job_over_and_the_cut_o
     # worker's boot was; the healthy worker's run lasts until the release after the takeover.
     cut_worker, _healthy, job = _start_long_job(site, user)
     assert job_row(job.pk).state == "leased"
-    effects = signal_value(DUPLICATE_EFFECTS)
+    effects = counter_value(DUPLICATE_EFFECTS)
     site.host.blackhole()
     cut_at = time.monotonic()
     wait_until(
@@ -190,5 +190,5 @@ def test_host_cut_off__a_healthy_worker_takes_the_unacked_job_over_and_the_cut_o
     written = JobEvent.objects.filter(job_id=job.pk, worker__startswith="rmq-cut:")
     assert list(written.values_list("to_state", flat=True)) == ["leased"]
     assert WATCH_LEASE < SERVER_NOTICE_BOUND  # why the redelivery finds the lease expired
-    assert signal_value(DUPLICATE_EFFECTS) == effects
+    assert counter_value(DUPLICATE_EFFECTS) == effects
     assert cut_worker.alive()

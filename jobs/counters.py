@@ -27,18 +27,18 @@ REDELIVERED = "redelivered_total"  # published again past the delivery deadline
 _UPSERT = "SELECT jobs_signal_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0007)
 
 
-def signal_increment(name: str, *, label: str = "", by: int = 1) -> None:
+def counter_increment(name: str, *, label: str = "", by: int = 1) -> None:
     """Add `by` to a counter. Call it outside a transaction that may roll back."""
     if by <= 0:
         return
     prepared.fetchone(_UPSERT, [name, label, by])
 
 
-def signal_values() -> dict[tuple[str, str], int]:
+def counter_values() -> dict[tuple[str, str], int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT name, label, value FROM jobs_signal")
         return {(name, label): value for name, label, value in cursor.fetchall()}
 
 
-def signal_value(name: str, *, label: str = "") -> int:
-    return signal_values().get((name, label), 0)
+def counter_value(name: str, *, label: str = "") -> int:
+    return counter_values().get((name, label), 0)
