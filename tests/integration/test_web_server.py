@@ -30,7 +30,10 @@ WAIT_SECONDS = 20
 PROBE_WINDOW = 15.0
 PROBE_EVERY = 0.05
 MIN_PROBES = 100
-HEALTHZ_P99_LIMIT = 0.250
+# A server held by its long-polls answers a probe only once one of them ends (20 s); 1 s
+# tells that apart from a loaded machine's scheduling (p99 0.37 s, max 0.78 s in CI beside
+# the suite's other worker; 0.23 s on a quiet machine).
+HEALTHZ_P99_LIMIT = 1.0
 
 
 def _member(username: str, tenant: Tenant) -> tuple[User, str]:
@@ -45,7 +48,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_healthz_p99_under_250ms__40_long_polls_of_20s(production_web: ProductionServer) -> None:
+def test_healthz_p99_under_1s__40_long_polls_of_20s(production_web: ProductionServer) -> None:
     tenant = Tenant.objects.create(name="load")
     owner, token = _member("poller", tenant)
     job_ids = [
