@@ -18,7 +18,7 @@ import jobs
 from jobs.gate import REFUSED_PAUSE, REFUSED_TRIES
 from jobs.models import Job, JobEvent
 from jobs.reaper import jobs_reap
-from tests.harness import Harness, wait_until
+from tests.harness import Harness, Proc, wait_until
 from tests.integration.test_lock_timeout import LOCK_TIMEOUT, row_locked
 from tests.kinds_network import WATCH_DIR_ENV, watch_note
 
@@ -33,17 +33,25 @@ def _state(job_id: Any) -> str:
 ALL_TRIES = REFUSED_TRIES * LOCK_TIMEOUT + sum(REFUSED_PAUSE[1] * n for n in range(REFUSED_TRIES))
 
 
+def _worker_running_a_job(
+    harness: Harness, user: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> tuple[Proc, Job]:
+    """A real worker (and relay) with a `net.watch` job whose handler has started."""
+    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))
+    harness.start_relay()
+    worker = harness.start_worker(
+        name, JOBS_HANDLER_MODULES="tests.kinds_network", env={WATCH_DIR_ENV: str(tmp_path)}
+    )
+    held = jobs.submit(kind="net.watch", input={"seconds": 1.5}, owner=user)
+    wait_until(watch_note(held.pk, "started").exists, timeout=30, what="the handler to start")
+    return worker, held
+
+
 @pytest.mark.timeout(120)
 def test_completion_refused_once__tried_again_and_the_finished_attempt_commits(
     harness: Harness, user: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))
-    harness.start_relay()
-    worker = harness.start_worker(
-        "locked-w0", JOBS_HANDLER_MODULES="tests.kinds_network", env={WATCH_DIR_ENV: str(tmp_path)}
-    )
-    held = jobs.submit(kind="net.watch", input={"seconds": 1.5}, owner=user)
-    wait_until(watch_note(held.pk, "started").exists, timeout=30, what="the handler to start")
+    worker, held = _worker_running_a_job(harness, user, tmp_path, monkeypatch, "locked-w0")
     with row_locked(held.pk):
         wait_until(
             lambda: "trying again (2 of" in worker.log(),
@@ -64,13 +72,7 @@ def test_completion_refused_once__tried_again_and_the_finished_attempt_commits(
 def test_completion_refused_by_a_held_row_lock__requeued_and_the_worker_keeps_consuming(
     harness: Harness, user: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(WATCH_DIR_ENV, str(tmp_path))
-    harness.start_relay()
-    worker = harness.start_worker(
-        "locked-w1", JOBS_HANDLER_MODULES="tests.kinds_network", env={WATCH_DIR_ENV: str(tmp_path)}
-    )
-    held = jobs.submit(kind="net.watch", input={"seconds": 1.5}, owner=user)
-    wait_until(watch_note(held.pk, "started").exists, timeout=30, what="the handler to start")
+    worker, held = _worker_running_a_job(harness, user, tmp_path, monkeypatch, "locked-w1")
 
     with row_locked(held.pk):
         locked_at = time.monotonic()
