@@ -1,6 +1,6 @@
 """The unit tests on every supported Python and Django: `make test-matrix` (or `nox -s unit`).
 
-Each session installs the repository editable with the example project's extra and the four
+Each session installs the repository editable with the example project's and tracing's extras and the four
 test tools at the versions pyproject's `dev` extra pins, then pins Django last. The virtualenvs
 live in var/nox (ignored by git, removed by `make clean`) and are reused, so a second run only
 checks what is installed.
@@ -80,7 +80,7 @@ interpreters_on_path(PYTHONS)
 @nox.session(python=PYTHONS)
 @nox.parametrize("django", DJANGOS)
 def unit(session: nox.Session, django: str) -> None:
-    session.install("-e", ".[demo]", *dev_pins(UNIT_TOOLS))
+    session.install("-e", ".[demo,otel]", *dev_pins(UNIT_TOOLS))
     session.install(f"Django=={django}.*")
     # A test database of this session's own: other runs may share the server.
     prefix = os.environ.get("JOBS_TEST_DATABASE_NAME", "test_dj_nox")
