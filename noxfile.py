@@ -26,6 +26,9 @@ UNIT_TOOLS = {"pytest", "pytest-django", "pytest-timeout", "hypothesis"}
 
 nox.options.envdir = str(ROOT / "var" / "nox")
 nox.options.reuse_venv = "yes"
+# uv (pyproject's dev extra) installs in seconds what pip takes a minute for; plain
+# virtualenv and pip when uv is missing.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.download_python = "never"  # use the installed Pythons; CI downloads none
 nox.options.error_on_missing_interpreters = True  # a missing Python fails, never skips
 nox.options.sessions = ["unit"]
