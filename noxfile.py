@@ -1,9 +1,9 @@
 """The unit tests on every supported Python and Django: `make test-matrix` (or `nox -s unit`).
 
-Each session installs the repository editable with the example project's and tracing's extras and the four
-test tools at the versions pyproject's `dev` extra pins, then pins Django last. The virtualenvs
-live in var/nox (ignored by git, removed by `make clean`) and are reused, so a second run only
-checks what is installed.
+Each session installs the repository editable with the example project's and tracing's
+extras and the four test tools at the versions pyproject's `dev` extra pins, then pins
+Django last. The virtualenvs live in var/nox (ignored by git, removed by `make clean`) and
+are reused, so a second run only checks what is installed.
 """
 
 from __future__ import annotations
