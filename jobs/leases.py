@@ -1,7 +1,7 @@
 """Leases and fencing: a claimed job's lease, kept alive, and written only by its owner.
 
-The claim that makes a lease lives in jobs.claims (`job_claim_id`, the database function
-`jobs_claim`) and jobs.batch (`jobs_claim_many`). Its commit does not wait for its WAL flush.
+The claim that makes a lease lives in jobs.claims (`claim_rows`, the database function
+`jobs_claim_many`, for one job or a batch's). Its commit does not wait for its WAL flush.
 If a database crash loses it, the job is back to its previous state and nothing of this
 attempt is durable: every later write of ours is fenced by (generation, owner token) and
 commits synchronously, which would have flushed the claim first. A new claim after the crash
@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +38,20 @@ from .models import Job
 from .states import JobState
 
 logger = logging.getLogger(__name__)
+
+
+# The fields of a Lease that a job row holds under the same name.
+_ROW_FIELDS = (
+    "generation",
+    "attempt",
+    "kind",
+    "kind_version",
+    "input_version",
+    "owner_id",
+    "tenant_id",
+    "serialization_key",
+    "deadline",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,30 @@ class Lease:
     # False for a batch claim (jobs_claim_many): the row's attempt counter still holds the
     # previous attempt; the outcome charges `attempt` once the handler started.
     charged: bool = True
+
+    @classmethod
+    def from_row(
+        cls,
+        job_id: UUID,
+        row: Mapping[str, Any],
+        *,
+        worker: str,
+        lease_seconds: float,
+        previous_state: str,
+        claimed_at: datetime,
+        charged: bool = True,
+    ) -> Lease:
+        """The lease a job's row describes, read by column name: a claim function's row, or a
+        Job's fields (`vars(job)`: the same names)."""
+        return cls(
+            job_id=job_id,
+            worker=worker,
+            lease_seconds=lease_seconds,
+            previous_state=previous_state,
+            claimed_at=claimed_at,
+            charged=charged,
+            **{name: row[name] for name in _ROW_FIELDS},
+        )
 
     def log_extra(self) -> dict[str, Any]:
         return {

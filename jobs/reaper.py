@@ -43,19 +43,12 @@ class ReapResult:
 
 
 def _lease_of(job: Job) -> Lease:
-    return Lease(
-        job_id=job.pk,
-        generation=job.generation,
-        attempt=job.attempt,
+    """The lease an expired job's row still names (its owner's token and generation)."""
+    return Lease.from_row(
+        job.pk,
+        vars(job),
         worker=job.lease_owner or "",
         lease_seconds=0,
-        kind=job.kind,
-        kind_version=job.kind_version,
-        input_version=job.input_version,
-        owner_id=job.owner_id,
-        tenant_id=job.tenant_id,
-        serialization_key=job.serialization_key,
-        deadline=job.deadline,
         previous_state=JobState.LEASED.value,
         claimed_at=job.heartbeat_at or job.updated_at,
     )
