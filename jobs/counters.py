@@ -24,7 +24,7 @@ INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 REDELIVERED = "redelivered_total"  # published again past the delivery deadline
 
-_UPSERT = "SELECT jobs_signal_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0007)
+_UPSERT = "SELECT jobs_counter_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0019)
 
 
 def counter_increment(name: str, *, label: str = "", by: int = 1) -> None:
@@ -36,7 +36,7 @@ def counter_increment(name: str, *, label: str = "", by: int = 1) -> None:
 
 def counter_values() -> dict[tuple[str, str], int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT name, label, value FROM jobs_signal")
+        cursor.execute("SELECT name, label, value FROM jobs_counter")
         return {(name, label): value for name, label, value in cursor.fetchall()}
 
 

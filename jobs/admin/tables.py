@@ -8,7 +8,7 @@ from jobs.admin.base import (
     ReadOnlyAdmin,
 )
 from jobs.models import (
-    Signal,
+    Counter,
     StoredObject,
     Tenant,
     WorkerHeartbeat,
@@ -30,8 +30,8 @@ class StoredObjectAdmin(ReadOnlyAdmin[StoredObject]):
     ordering = ("-created_at",)
 
 
-@admin.register(Signal)
-class SignalAdmin(ReadOnlyAdmin[Signal]):
+@admin.register(Counter)
+class CounterAdmin(ReadOnlyAdmin[Counter]):
     list_display = ("name", "label", "value", "updated_at")
     ordering = ("name", "label")
 

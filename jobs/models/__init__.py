@@ -3,9 +3,10 @@ module per concern; every model is importable from here, as Django expects)."""
 
 from jobs.models.job import Job, JobEvent, StoredObject, Tenant
 from jobs.models.ledger import EffectLedgerEntry, EffectState, QuarantineRecord, QuarantineStatus
-from jobs.models.ops import DrainSample, Signal, WorkerHeartbeat
+from jobs.models.ops import Counter, DrainSample, WorkerHeartbeat
 
 __all__ = [
+    "Counter",
     "DrainSample",
     "EffectLedgerEntry",
     "EffectState",
@@ -13,7 +14,6 @@ __all__ = [
     "JobEvent",
     "QuarantineRecord",
     "QuarantineStatus",
-    "Signal",
     "StoredObject",
     "Tenant",
     "WorkerHeartbeat",

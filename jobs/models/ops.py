@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 
-class Signal(models.Model):
+class Counter(models.Model):
     """Cross-process counters of rare events (stale writes, duplicate deliveries...)."""
 
     name = models.CharField(max_length=100)
@@ -15,7 +15,7 @@ class Signal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["name", "label"], name="jobs_signal_unique_name")
+            models.UniqueConstraint(fields=["name", "label"], name="jobs_counter_unique_name")
         ]
 
     def __str__(self) -> str:

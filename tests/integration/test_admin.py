@@ -130,7 +130,7 @@ def test_job_admin_is_read_only__no_add_change_or_delete(user: Any) -> None:
         "/admin/outbox/outboxentry/?published=no",
         "/admin/jobs/tenant/",
         "/admin/jobs/storedobject/",
-        "/admin/jobs/signal/",
+        "/admin/jobs/counter/",
         "/admin/jobs/workerheartbeat/",
         "/admin/django_celery_results/taskresult/",
         "/admin/jobs/job/?state__exact=quarantined&kind=drill.malformed",

@@ -148,7 +148,8 @@ def test_migrate__a_database_at_the_previous_head__keeps_relay_published_total(
     database: dict[str, Any],
 ) -> None:
     """jobs 0015 and outbox 0002 with the mark of that time, which counted in jobs_signal;
-    then `migrate`: the count moves to outbox_counter and goes on from there."""
+    then `migrate`: the count moves to outbox_counter and goes on from there (jobs_signal is
+    jobs_counter since jobs 0019)."""
     _run("jobsite.settings", database, "-m", "django", "migrate", "jobs", "0015")
     _run("jobsite.settings", database, "-m", "django", "migrate", "outbox", "0002")
     with psycopg.connect(**database, autocommit=True) as conn:
@@ -162,7 +163,7 @@ def test_migrate__a_database_at_the_previous_head__keeps_relay_published_total(
     assert "Applying jobs.0016_relay_published_to_outbox... OK" in done.stdout
     with psycopg.connect(**database, autocommit=True) as conn:
         assert _counter(conn, "outbox_counter") == [3]
-        assert _counter(conn, "jobs_signal") == []
+        assert _counter(conn, "jobs_counter") == []
         assert _mark_new_rows(conn, 1) == 1
         assert _counter(conn, "outbox_counter") == [4]
-        assert _counter(conn, "jobs_signal") == []
+        assert _counter(conn, "jobs_counter") == []
