@@ -44,8 +44,9 @@ from django.db import transaction
 
 from outbox.services import outbox_publish_together
 
-from . import dispatch, lifecycle, registry, runtime, tracing
+from . import admission, dispatch, lifecycle, registry, runtime, tracing
 from .claims import claim_rows, json_value, lease_from_row
+from .completion import complete_many
 from .conf import jobs_settings
 from .context import JobContext
 from .counters import DUPLICATE_DELIVERIES, counter_increment
@@ -161,7 +162,7 @@ def _in_one_statement(job: Claimed) -> bool:
     verdict, lease = job.verdict, job.lease
     if not verdict or not verdict.completion or verdict.local_effects:
         return False
-    return lease.serialization_key is None or dispatch.key_only_handoff(lease) is not None
+    return lease.serialization_key is None or admission.key_only_handoff(lease) is not None
 
 
 def group_commit(jobs: list[Claimed]) -> None:
@@ -181,7 +182,7 @@ def group_commit(jobs: list[Claimed]) -> None:
     if not others and not keyed:
         # Plain successes only: one statement, atomic on its own. No transaction around it,
         # whose BEGIN and COMMIT would be a round trip each (on a 1 ms link, most of a batch's).
-        applied = lifecycle.complete_many(completions)
+        applied = complete_many(completions)
     else:
         # Retries, releases and next heads scheduled here leave in batch messages after the
         # commit.
@@ -191,9 +192,9 @@ def group_commit(jobs: list[Claimed]) -> None:
                 if verdict is not None and not _commit_one(job, verdict):
                     job.verdict = Verdict(Outcome.STALE)
             if keyed:
-                applied = lifecycle.complete_many_handing_over(completions)
+                applied = admission.complete_many_handing_over(completions)
             else:
-                applied = lifecycle.complete_many(completions)
+                applied = complete_many(completions)
     for job in plain:
         if job.lease.job_id not in applied:
             job.verdict = Verdict(Outcome.STALE)

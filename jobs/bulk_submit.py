@@ -15,7 +15,7 @@ from django.db import transaction
 
 from outbox.fastpath import writing
 
-from . import bulk, dispatch
+from . import admission, bulk
 from .models import Job
 from .submission import _job_check, job_submit
 
@@ -76,7 +76,7 @@ def _plain_submit(request: dict[str, Any]) -> bulk.PlainSubmit | None:
         **{name: value for name, value in request.items() if name in _CHECK_PARAMETERS}
     )
     tenant = request["tenant"]
-    if dispatch.admission_lock_keys(
+    if admission.admission_lock_keys(
         kind=request["kind"],
         tenant_id=tenant.pk if tenant else None,
         serialization_key=request["serialization_key"],

@@ -1,16 +1,9 @@
-"""Who gets a broker message, and when: the outbox write plus admission control.
+"""Who gets a broker message: the outbox row that brings a job to a worker.
 
-A job normally gets its message at submission. Three rules hold some jobs back until a
-running job hands over its turn, so the queue never fills with work that cannot start:
-  - serialization key: only the oldest active job of a key gets a message; when it leaves
-    the active states the next one of the key is enqueued (order per key, parallel across keys);
-  - per-tenant cap of a kind (`tenant_limit`): at most N of a tenant's jobs of that kind are
-    queued-with-a-message or leased; a flood from one tenant waits in the table, not in the
-    queue in front of other tenants;
-  - per-kind cap (`kind_limit`, e.g. a provider quota): the same across all tenants.
-Submission and hand-over take the same advisory locks (sorted, transaction-scoped), so a
-hand-over never misses a job submitted concurrently. The claim re-checks every rule under
-the same locks (jobs.leases), so a duplicate or early message can never break one.
+Every message of `jobs.execute` is an outbox row written in the caller's transaction
+(`job_enqueue_execute`), published after the commit. Whether a waiting job may have one yet
+(serialization keys, concurrency caps) is admission control's decision (jobs.admission);
+`batchable` says which messages the relay may pack.
 """
 
 from __future__ import annotations
@@ -22,27 +15,19 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import QuerySet
-from django.utils import timezone
 
 from outbox.models import OutboxEntry
-from outbox.services import (
-    outbox_after_commit_many,
-    outbox_entry_new,
-    outbox_publish_together,
-    outbox_save,
-)
+from outbox.services import outbox_entry_new, outbox_publish_together, outbox_save
 
-from . import prepared, registry, tracing
+from . import registry, tracing
 from .conf import jobs_settings
 from .events import job_event_record
 from .leases import Lease
 from .models import Job
-from .states import ACTIVE, CLAIMABLE, JobState
+from .states import ACTIVE, CLAIMABLE
 
 EXECUTE_TASK = "jobs.execute"
 EXECUTE_MANY_TASK = "jobs.execute_many"
-_WAITING_OR_LEASED = [JobState.QUEUED.value, JobState.LEASED.value]
 
 logger = logging.getLogger(__name__)
 
@@ -154,196 +139,3 @@ def send_again_if_claim_lost(leases: Sequence[Lease]) -> list[UUID]:
         )
         send_again(lost)
     return lost
-
-
-def admission_lock_keys(
-    *,
-    kind: str,
-    tenant_id: int | None,
-    serialization_key: str | None,
-    spec: registry.KindSpec | None,
-) -> list[str]:
-    keys = []
-    if serialization_key:
-        keys.append(serial_lock_key(serialization_key))
-    if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
-        keys.append(f"jobs.tenant_kind:{tenant_id}:{kind}")
-    if spec is not None and spec.kind_limit is not None:
-        keys.append(f"jobs.kind:{kind}")
-    return sorted(keys)
-
-
-def serial_lock_key(serialization_key: str) -> str:
-    """The advisory lock of a serialization key (admission_lock_keys)."""
-    return f"jobs.serial:{serialization_key}"
-
-
-def admission_lock(
-    keys: list[str], *, serialization_key: str | None = None, exclude: UUID | None = None
-) -> Job | None:
-    """Take the transaction-scoped advisory locks (sorted: no deadlocks), then return the
-    oldest active job of `serialization_key` other than `exclude`, in one round trip
-    (database function `jobs_admission_lock`, migration 0009). Its fields: id, state,
-    created_at, kind, kind_version, generation, next_attempt_at."""
-    if not keys:
-        return None
-    return head_of(_admission_lock_row(keys, serialization_key, exclude))
-
-
-def _admission_lock_row(
-    keys: list[str], serialization_key: str | None, exclude: UUID | None
-) -> tuple[Any, ...] | None:
-    return prepared.fetchone(
-        "SELECT * FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid)",
-        [keys, serialization_key, exclude],
-    )
-
-
-# The head's fields, in the order of jobs_admission_lock's columns (and, prefixed with
-# `next_`, of jobs_complete_many_hand_over's).
-HEAD_FIELDS = ("id", "state", "created_at", "kind", "kind_version", "generation", "next_attempt_at")
-_HEAD_CREATED_AT = HEAD_FIELDS.index("created_at")
-
-
-def head_of(row: Sequence[Any] | None) -> Job | None:
-    """The head row of jobs_admission_lock as an unsaved-looking, read-only Job."""
-    if row is None or row[0] is None:
-        return None
-    head = Job(**dict(zip(HEAD_FIELDS, row, strict=True)))
-    head._state.adding = False
-    return head
-
-
-def _others(job_id: UUID) -> QuerySet[Job]:
-    return Job.objects.exclude(pk=job_id)
-
-
-def admission_open(job: Job, spec: registry.KindSpec) -> bool:
-    """At submission (inside its transaction, before or after the job's insert): may this job
-    get a message now? A job not inserted yet counts as created now."""
-    keys = admission_lock_keys(
-        kind=job.kind, tenant_id=job.tenant_id, serialization_key=job.serialization_key, spec=spec
-    )
-    if not keys:
-        return True
-    # The head's created_at only: no Job built on this hot path.
-    head = _admission_lock_row(keys, job.serialization_key, job.pk)
-    created = _HEAD_CREATED_AT
-    if head and head[0] is not None and head[created] <= (job.created_at or timezone.now()):
-        return False
-    if spec.tenant_limit is None and spec.kind_limit is None:
-        return True
-    others = _others(job.pk)
-    if spec.tenant_limit is not None and job.tenant_id is not None:
-        busy = others.filter(tenant_id=job.tenant_id, kind=job.kind, state__in=_WAITING_OR_LEASED)
-        if busy.count() >= spec.tenant_limit:
-            return False
-    if spec.kind_limit is not None:
-        busy = others.filter(kind=job.kind, state__in=_WAITING_OR_LEASED)
-        if busy.count() >= spec.kind_limit:
-            return False
-    return True
-
-
-def admission_handoff_lease(lease: Lease, *, left_active: bool) -> None:
-    """`admission_handoff` for a job leaving `lease`."""
-    admission_handoff(
-        job_id=lease.job_id,
-        kind=lease.kind,
-        kind_version=lease.kind_version,
-        tenant_id=lease.tenant_id,
-        serialization_key=lease.serialization_key,
-        left_active=left_active,
-    )
-
-
-def handoff_keys(
-    *, kind: str, kind_version: int, tenant_id: int | None, serialization_key: str | None
-) -> tuple[registry.KindSpec | None, list[str]]:
-    """The admission rules a job leaving `leased` must hand over (none: nothing to do)."""
-    spec = registry.kind_version(kind, kind_version) or registry.kind_latest_or_none(kind)
-    keys = admission_lock_keys(
-        kind=kind, tenant_id=tenant_id, serialization_key=serialization_key, spec=spec
-    )
-    return spec, keys
-
-
-def admission_handoff(
-    *,
-    job_id: UUID,
-    kind: str,
-    kind_version: int,
-    tenant_id: int | None,
-    serialization_key: str | None,
-    left_active: bool,
-) -> None:
-    """A job left `leased` (and maybe the active states): give its turn to the next in line."""
-    spec, keys = handoff_keys(
-        kind=kind,
-        kind_version=kind_version,
-        tenant_id=tenant_id,
-        serialization_key=serialization_key,
-    )
-    if not keys:
-        return
-    head = admission_lock(
-        keys, serialization_key=serialization_key if left_active else None, exclude=job_id
-    )
-    hand_over(job_id=job_id, kind=kind, tenant_id=tenant_id, spec=spec, head=head)
-
-
-def hand_over(
-    *,
-    job_id: UUID,
-    kind: str,
-    tenant_id: int | None,
-    spec: registry.KindSpec | None,
-    head: Job | None,
-) -> None:
-    """With the admission locks held: enqueue the next job of the key, tenant or kind."""
-    waiting = _others(job_id).filter(state=JobState.QUEUED.value).order_by("created_at", "id")
-    candidates: list[Job] = []
-    if head is not None and head.state != JobState.LEASED.value:
-        candidates.append(head)
-    if spec is not None and spec.tenant_limit is not None and tenant_id is not None:
-        nxt = waiting.filter(tenant_id=tenant_id, kind=kind).first()
-        if nxt is not None:
-            candidates.append(nxt)
-    if spec is not None and spec.kind_limit is not None:
-        nxt = waiting.filter(kind=kind).first()
-        if nxt is not None:
-            candidates.append(nxt)
-    seen: set[UUID] = set()
-    for nxt in candidates:
-        if nxt.pk in seen:
-            continue
-        seen.add(nxt.pk)
-        job_enqueue_execute(nxt, available_at=nxt.next_attempt_at)
-
-
-def key_only_handoff(lease: Lease) -> str | None:
-    """The key's lock when a success of `lease` hands over its serialization key and no
-    other rule (no caps): the hand-over jobs_complete_many_hand_over does. Else None."""
-    if lease.serialization_key is None:
-        return None
-    _, keys = handoff_keys(
-        kind=lease.kind,
-        kind_version=lease.kind_version,
-        tenant_id=lease.tenant_id,
-        serialization_key=lease.serialization_key,
-    )
-    key = serial_lock_key(lease.serialization_key)
-    return key if keys == [key] else None
-
-
-def next_heads_enqueue(heads: Sequence[Job | None]) -> None:
-    """With their keys' locks held: a message for each next head not leased (a leased one
-    runs already), all rows in one INSERT; published after the commit (the fast path)."""
-    messages = [
-        job_execute_message(head, available_at=head.next_attempt_at)
-        for head in heads
-        if head is not None and head.state != JobState.LEASED.value
-    ]
-    if messages:
-        OutboxEntry.objects.bulk_create(messages)
-        outbox_after_commit_many(messages)

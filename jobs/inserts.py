@@ -51,7 +51,7 @@ def _statement(obj: Model, *, returning: bool) -> tuple[list[Field[Any, Any]], s
     return fields, sql
 
 
-def _insert_sql(obj: Model, *, returning: bool) -> tuple[str, list[Any]]:
+def insert_sql(obj: Model, *, returning: bool) -> tuple[str, list[Any]]:
     """The statement and the values, prepared as Django's insert compiler prepares them
     (`pre_save` with add=True, then `get_db_prep_save`)."""
     for field in obj._meta.local_concrete_fields:
@@ -75,51 +75,23 @@ def insert_together(*objs: Model) -> None:
     params: list[Any] = []
     *first, last = objs
     for index, obj in enumerate(first):
-        sql, values = _insert_sql(obj, returning=False)
+        sql, values = insert_sql(obj, returning=False)
         parts.append(f"r{index} AS ({sql})")
         params.extend(values)
-    last_sql, last_values = _insert_sql(last, returning=True)
+    last_sql, last_values = insert_sql(last, returning=True)
     params.extend(last_values)
     sql = (f"WITH {', '.join(parts)} " if parts else "") + last_sql
-    row = prepared.fetchone(sql, params)
+    row = prepared.fetchone_named(sql, params)
+    mark_saved(*first)
+    mark_saved(last, returned=row)
+
+
+def mark_saved(*objs: Model, returned: dict[str, Any] | None = None) -> None:
+    """These objects are rows now (as after `save()`); the primary key of each is set from
+    `returned`, the row its INSERT returned, when given."""
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
-    if row is not None and last._meta.pk is not None:
-        setattr(last, last._meta.pk.attname, row[0])
-
-
-def insert_admitted(
-    job: Model, accepted: Model, message: Model, *, lock_keys: list[str], serialization_key: str
-) -> bool:
-    """A keyed submission in ONE statement (its own transaction): the job and its event
-    always, the outbox row only if the key admits the job. `jobs_admission_lock` takes the
-    key's lock and, with a snapshot of its own, looks for an older active job of the key (so
-    it sees whatever the lock's previous holder committed); the outbox row's SELECT reads its
-    answer. True when the row was written (its primary key is then set)."""
-    job_sql, job_values = _insert_sql(job, returning=False)
-    event_sql, event_values = _insert_sql(accepted, returning=False)
-    message_sql, message_values = _insert_sql(message, returning=True)
-    into, found, rest = message_sql.partition(" VALUES (")
-    values, found_returning, returning = rest.rpartition(") RETURNING ")
-    if not found or not found_returning:
-        raise ValueError(f"unexpected INSERT of {message._meta.label}: {message_sql[:80]}")
-    sql = (
-        "WITH admitted AS MATERIALIZED (SELECT NOT EXISTS ("
-        "SELECT 1 FROM jobs_admission_lock(%s::text[], %s::text, %s::uuid) AS head "
-        "WHERE head.id IS NOT NULL AND head.created_at <= %s::timestamptz) AS ok), "
-        f"r0 AS ({job_sql}), r1 AS ({event_sql}) "
-        f"{into} SELECT {values} FROM admitted WHERE admitted.ok RETURNING {returning}"
-    )
-    params = [lock_keys, serialization_key, job.pk, getattr(job, "created_at", None)]
-    row = prepared.fetchone(sql, [*params, *job_values, *event_values, *message_values])
-    for obj in (job, accepted):
-        obj._state.adding = False
-        obj._state.db = connection.alias
-    if row is None:
-        return False
-    message._state.adding = False
-    message._state.db = connection.alias
-    if message._meta.pk is not None:
-        setattr(message, message._meta.pk.attname, row[0])
-    return True
+        pk = obj._meta.pk
+        if returned is not None and pk is not None:
+            setattr(obj, pk.attname, returned[str(pk.column)])

@@ -2,8 +2,10 @@
 
 A leased job leaves its lease in exactly one of these ways, each a conditional write on
 (id, generation, owner token, state='leased') with its JobEvent, committed together:
-  - success (`job_complete`, batched: `complete_many`): the database function
-    jobs_complete_many (jobs/sql), then local effects and the admission hand-over;
+  - success (`job_complete`; a group commit's: jobs.completion.complete_many, or
+    jobs.admission.complete_many_handing_over with keyed jobs): the database function
+    jobs_complete_many (jobs/sql), then local effects and the admission hand-over
+    (jobs.admission);
   - every other exit (`leave` with an `Exit`): retry (retry_wait plus an outbox row due at
     the backoff), quarantine (plus its QuarantineRecord), release (an incompatible worker or
     a batch's unstarted job: retry_wait without spending the attempt), cancel.
@@ -27,50 +29,19 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import dispatch, prepared, registry
+from . import admission, dispatch
+from .completion import Completion, complete_many
 from .effects import effect_apply_local
 from .events import job_event_record
 from .exceptions import LeaseLost
 from .leases import Lease, fenced_transaction, job_update_if_leased, lease_lost, report_stale_write
-from .models import Job, QuarantineRecord
+from .models import QuarantineRecord
 from .retry import Decision
 from .states import JobState
 
 logger = logging.getLogger(__name__)
 
 LocalEffect = tuple[str, Callable[[str], Any]]
-
-# The one spelling of a completion (jobs/sql/jobs_complete_many.sql): many jobs, or one.
-_COMPLETE_MANY_CALL = (
-    "jobs_complete_many(%s::uuid[], %s::bigint[], %s::text, %s::int[], %s::jsonb[])"
-)
-_COMPLETE_MANY_SQL = f"SELECT * FROM {_COMPLETE_MANY_CALL}"
-# A keyed completion: the completion, then the admission locks and the head of
-# jobs_admission_lock, in one round trip. The lateral call's arguments depend on the
-# completion's answer, so it runs after it: the job's row lock before the advisory locks,
-# the order every other hand-over (cancel, quarantine) takes them in.
-_COMPLETE_AND_LOCK_SQL = (
-    f"SELECT c.ok, h.* FROM (SELECT count(*) > 0 AS ok FROM {_COMPLETE_MANY_CALL}) c "
-    "LEFT JOIN LATERAL jobs_admission_lock("
-    "CASE WHEN c.ok THEN %s::text[] ELSE '{}'::text[] END, "
-    "CASE WHEN c.ok THEN %s::text END, %s::uuid) AS h ON true"
-)
-
-
-# Keyed completions of a group commit: completion, key locks and next heads in one call
-# (jobs/sql/jobs_complete_many_hand_over.sql).
-_COMPLETE_MANY_HAND_OVER_SQL = (
-    "SELECT * FROM jobs_complete_many_hand_over("
-    "%s::uuid[], %s::bigint[], %s::text, %s::int[], %s::jsonb[], %s::text[])"
-)
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A finished handler's result, waiting for its (group) commit."""
-
-    lease: Lease
-    result: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -95,101 +66,23 @@ def attempt_after(lease: Lease, *, started: bool) -> int | None:
     return lease.attempt if started else None
 
 
-def _complete_params(completions: list[Completion]) -> list[Any]:
-    field_ = Job._meta.get_field("result")
-    return [
-        [c.lease.job_id for c in completions],
-        [c.lease.generation for c in completions],
-        completions[0].lease.worker,
-        [c.lease.attempt for c in completions],
-        [field_.get_db_prep_value(c.result, connection) for c in completions],
-    ]
-
-
-def complete_many(completions: list[Completion]) -> set[UUID]:
-    """leased -> succeeded for jobs of one owner token in one statement, each fenced by its
-    own generation; returns the ids completed (a missing one lost its lease)."""
-    if not completions:
-        return set()
-    rows = prepared.fetchall(_COMPLETE_MANY_SQL, _complete_params(completions))
-    return {row["id"] for row in rows}
-
-
-def _handoff_key(lease: Lease) -> str | None:
-    """The lock a success of `lease` hands over in `complete_many_handing_over`: its key's
-    (None: unkeyed). A keyed job with caps hands over through `job_complete`: ValueError."""
-    if lease.serialization_key is None:
-        return None
-    key = dispatch.key_only_handoff(lease)
-    if key is None:
-        raise ValueError(f"{lease.kind}: a success with caps hands over through job_complete")
-    return key
-
-
-def complete_many_handing_over(completions: list[Completion]) -> set[UUID]:
-    """`complete_many` for jobs some of which hold a serialization key (none with caps:
-    `_handoff_key`): in the caller's transaction, one statement completes them all, takes
-    the completed keys' locks and finds each key's next head; each head not leased gets its
-    message (one INSERT for all). Returns the ids completed."""
-    if not completions:
-        return set()
-    if not connection.in_atomic_block:
-        raise RuntimeError("a keyed group completion runs inside the group commit's transaction")
-    rows = prepared.fetchall(
-        _COMPLETE_MANY_HAND_OVER_SQL,
-        [*_complete_params(completions), [_handoff_key(c.lease) for c in completions]],
-    )
-    dispatch.next_heads_enqueue(
-        [dispatch.head_of([row[f"next_{name}"] for name in dispatch.HEAD_FIELDS]) for row in rows]
-    )
-    return {row["id"] for row in rows}
-
-
-def _complete_and_hand_over(
-    lease: Lease, result: dict[str, Any], *, spec: registry.KindSpec | None, keys: list[str]
-) -> None:
-    row = prepared.fetchone(
-        _COMPLETE_AND_LOCK_SQL,
-        [
-            *_complete_params([Completion(lease, result)]),
-            keys,
-            lease.serialization_key,
-            lease.job_id,
-        ],
-    )
-    if not row or not row[0]:
-        raise lease_lost(lease)
-    dispatch.hand_over(
-        job_id=lease.job_id,
-        kind=lease.kind,
-        tenant_id=lease.tenant_id,
-        spec=spec,
-        head=dispatch.head_of(row[1:]),
-    )
-
-
 def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[LocalEffect]) -> None:
     """Success: result, state, local effects, event and successor commit together, fenced.
 
     With nothing to commit beside the job's own row and event (no local effect, no admission
     rule to hand over, no caller's transaction), that is one round trip and one commit."""
-    spec, keys = dispatch.handoff_keys(
-        kind=lease.kind,
-        kind_version=lease.kind_version,
-        tenant_id=lease.tenant_id,
-        serialization_key=lease.serialization_key,
-    )
+    spec, keys = admission.handoff_keys(lease)
     alone = not local_effects and not keys and not connection.in_atomic_block
     with fenced_transaction(lease, "complete", atomic=not alone):
         if keys and not local_effects:
-            _complete_and_hand_over(lease, result, spec=spec, keys=keys)
+            admission.complete_and_hand_over(lease, result, spec=spec, keys=keys)
             return
         if lease.job_id not in complete_many([Completion(lease, result)]):
             raise lease_lost(lease)
         for name, fn in local_effects:
             effect_apply_local(lease, name, fn)
         if keys:
-            dispatch.admission_handoff_lease(lease, left_active=True)
+            admission.admission_handoff(lease, left_active=True)
 
 
 def leave(lease: Lease, exit: Exit) -> None:
@@ -214,7 +107,7 @@ def leave(lease: Lease, exit: Exit) -> None:
             QuarantineRecord.objects.create(job_id=lease.job_id, **exit.quarantine)
         if exit.enqueue_at is not None:
             dispatch.job_enqueue_execute(lease, available_at=exit.enqueue_at)
-        dispatch.admission_handoff_lease(lease, left_active=exit.left_active)
+        admission.admission_handoff(lease, left_active=exit.left_active)
 
 
 def leave_in_savepoint(lease: Lease, exit: Exit) -> bool:

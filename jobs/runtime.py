@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from . import dispatch, lifecycle, registry, services, tracing
 from .claims import Claim, ClaimStatus, job_claim_id
+from .completion import Completion
 from .context import JobContext
 from .counters import (
     DEFERRED_DELIVERIES,
@@ -168,7 +169,7 @@ class Verdict:
 
     outcome: Outcome
     exit: lifecycle.Exit | None = None
-    completion: lifecycle.Completion | None = None
+    completion: Completion | None = None
     local_effects: tuple[lifecycle.LocalEffect, ...] = ()
     log: str = ""
 
@@ -232,7 +233,7 @@ def judge(
         return failure_verdict(lease, spec, error)
     return Verdict(
         Outcome.SUCCEEDED,
-        completion=lifecycle.Completion(lease, result),
+        completion=Completion(lease, result),
         local_effects=tuple(ctx.local_effects),
     )
 
@@ -282,9 +283,7 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
     return verdict.outcome
 
 
-def _complete(
-    spec: registry.KindSpec, completion: lifecycle.Completion, verdict: Verdict
-) -> Verdict:
+def _complete(spec: registry.KindSpec, completion: Completion, verdict: Verdict) -> Verdict:
     """Commit a success. A local effect that raises rolls the completion back and fails the
     job as if its handler had raised (as in a batch's group commit): the failure's verdict."""
     lease, local_effects = completion.lease, list(verdict.local_effects)

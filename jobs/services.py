@@ -10,29 +10,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import dispatch
+from . import admission, dispatch
 from .events import job_event_record
 from .exceptions import InvalidTransition
-from .leases import Lease
 from .models import Job
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
-
-
-def _handoff(job: Job | Lease, *, left_active: bool) -> None:
-    """Give the turn (serialization key, concurrency caps) to the next job in line."""
-    if isinstance(job, Lease):
-        dispatch.admission_handoff_lease(job, left_active=left_active)
-    else:
-        dispatch.admission_handoff(
-            job_id=job.pk,
-            kind=job.kind,
-            kind_version=job.kind_version,
-            tenant_id=job.tenant_id,
-            serialization_key=job.serialization_key,
-            left_active=left_active,
-        )
 
 
 def job_rearm_if_early(*, job_id: UUID) -> bool:
@@ -73,7 +57,7 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
                 reason="cancelled",
                 actor=actor,
             )
-            _handoff(job, left_active=True)
+            admission.admission_handoff(job, left_active=True)
         elif state == JobState.LEASED:
             if job.cancel_requested_at is None:
                 Job.objects.filter(pk=job.pk, state=state.value).update(

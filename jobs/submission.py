@@ -3,7 +3,7 @@ cheapest strategy its rules allow, or the job it repeats (idempotency key, logic
 
 `job_submit` builds the rows (`_job_new`), looks for the job this request repeats, then
 writes: a plain job in one statement; a serialization key and no other rule in one statement
-that also decides admission (`insert_admitted`); a business key (older input versions to
+that also decides admission (`admission.insert_admitted`); a business key (older input versions to
 supersede), other admission rules, or a caller's own transaction in one transaction. A unique
 index lost to a concurrent submit of the same key turns into that job's replay.
 """
@@ -26,11 +26,11 @@ from django.utils import timezone
 from outbox.fastpath import writing
 from outbox.services import outbox_after_commit
 
-from . import dispatch, registry, tracing
+from . import admission, dispatch, registry, tracing
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge
-from .inserts import insert_admitted, insert_together
+from .inserts import insert_together
 from .models import Job, JobEvent, StoredObject, Tenant
 from .nesting import input_depth_check
 from .states import CLAIMABLE, JobState
@@ -220,7 +220,7 @@ def _job_new(
     )
     now = timezone.now()
     due = max(now, run_after) if run_after is not None else now
-    keys = dispatch.admission_lock_keys(
+    keys = admission.admission_lock_keys(
         kind=kind,
         tenant_id=tenant.pk if tenant else None,
         serialization_key=serialization_key,
@@ -325,7 +325,7 @@ def _insert_new(new: NewJob, *, serialization_key: str | None, business_key: str
         serialization_key
         and not business_key
         and not connection.in_atomic_block
-        and new.keys == [dispatch.serial_lock_key(serialization_key)]
+        and new.keys == [admission.serial_lock_key(serialization_key)]
     ):
         _insert_keyed(new, serialization_key)
     elif business_key or new.keys or connection.in_atomic_block:
@@ -347,7 +347,7 @@ def _insert_keyed(new: NewJob, serialization_key: str) -> None:
     """A key and no other rule: admission, job, event and (if admitted) the outbox row in one
     statement and commit."""
     keyed = dispatch.job_execute_message(new.job, available_at=new.later)
-    if insert_admitted(
+    if admission.insert_admitted(
         new.job, new.accepted, keyed, lock_keys=new.keys, serialization_key=serialization_key
     ):
         outbox_after_commit(keyed)
@@ -359,14 +359,14 @@ def _insert_superseding(new: NewJob) -> None:
     the serialization key: before admission)."""
     insert_together(new.job, new.accepted)
     _supersede_older_versions(new.job)
-    if dispatch.admission_open(new.job, new.spec):
+    if admission.admission_open(new.job, new.spec):
         dispatch.job_enqueue_execute(new.job, available_at=new.later)
 
 
 def _insert_under_admission(new: NewJob) -> None:
     """Admission first, under its locks; the outbox row, if any, then goes in the same
     statement as the job."""
-    admitted = dispatch.admission_open(new.job, new.spec)
+    admitted = admission.admission_open(new.job, new.spec)
     message = dispatch.job_execute_message(new.job, available_at=new.later) if admitted else None
     insert_together(new.job, new.accepted, *([message] if message else []))
     if message is not None:

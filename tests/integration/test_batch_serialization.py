@@ -202,7 +202,7 @@ def _submit_waiting_on_the_key(conn: Any) -> bool:
 def test_a_keyed_submit_waiting_on_the_hand_over__sees_the_head_done_and_gets_its_message(
     user: Any, calls_file: str
 ) -> None:
-    """A keyed submit is one statement (jobs.inserts.insert_admitted). When it arrives while
+    """A keyed submit is one statement (jobs.admission.insert_admitted). When it arrives while
     a group commit that completes the key's head holds the key's lock, it waits; the hand-over
     found no next head (the submit had not committed), so the submit's own admission check
     must see the head done once the lock is free (a snapshot taken after the lock, not at

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 
 import jobs
+from jobs.admission import admission_lock_keys
 from jobs.claims import ClaimStatus, job_claim_id
-from jobs.dispatch import admission_lock_keys
 from jobs.models import Job, JobEvent
 
 pytestmark = pytest.mark.django_db
