@@ -2,8 +2,8 @@
 
 A batch message carries several jobs (the relay packs them under backlog; jobs.dispatch
 says which kinds may share one). For one message:
-  1. Claim every plain job with ONE statement (jobs.claims.claim_rows, with a batch's rules):
-     a lease, generation + 1 and a `leased` event each; no attempt is charged yet. A keyed job is
+  1. Claim every plain job with ONE statement (database function jobs_claim_many): a lease,
+     generation + 1 and a `leased` event each; no attempt is charged yet. A keyed job is
      plain when it is the head of its key (no older active job of the key, none leased).
      Jobs that need the full rules (not a key's head, caps, an expired lease, a kind this
      worker lacks) are left for step 5. Finished jobs are duplicate deliveries.
@@ -33,6 +33,7 @@ own attempts and no sibling's. A kill after 4 redelivers a message whose jobs ar
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -40,12 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 
 from outbox.services import outbox_publish_together
 
-from . import admission, dispatch, lifecycle, registry, runtime, tracing
-from .claims import claim_rows, json_value, lease_from_row
+from . import admission, dispatch, lifecycle, prepared, registry, runtime, tracing
+from .claims import json_value, lease_from_row
 from .completion import complete_many
 from .conf import jobs_settings
 from .context import JobContext
@@ -61,6 +62,10 @@ from .runtime import ExecutionReport, Verdict
 
 logger = logging.getLogger(__name__)
 
+_CLAIM_MANY_SQL = (
+    "SELECT * FROM jobs_claim_many(%s::uuid[], %s::text[], %s::int[], %s::float8[], %s::text)"
+)
+
 
 @dataclass
 class Claimed:
@@ -73,21 +78,37 @@ class Claimed:
     verdict: Verdict | None = None
 
 
+def _claim_rows(
+    items: list[tuple[UUID, registry.KindSpec]], *, worker: str
+) -> list[dict[str, Any]]:
+    return prepared.fetchall(
+        _CLAIM_MANY_SQL,
+        [
+            [job_id for job_id, _ in items],
+            [spec.kind for _, spec in items],
+            [spec.version for _, spec in items],
+            # float: a kind may name its lease as an int, and psycopg refuses mixed lists.
+            [float(spec.lease_seconds) for _, spec in items],
+            worker,
+        ],
+    )
+
+
 def claim_many(
     items: list[tuple[UUID, registry.KindSpec]], *, worker: str
 ) -> tuple[list[Claimed], list[UUID], list[UUID]]:
     """Step 1: (claimed jobs, duplicates, jobs for the one-job path), in one statement."""
     if not items:
         return [], [], []
-    rows, sent_at = claim_rows(
-        [(job_id, spec.kind, spec.version, spec.lease_seconds) for job_id, spec in items],
-        worker=worker,
-        charge=False,
-    )
-    if rows is None:
-        # A key's head claimed here while another job of the key got leased meanwhile: the
-        # statement claims nothing, and every job goes to the one-job path, which answers
-        # that race job by job.
+    # A key's head claimed here while another job of the key got leased meanwhile breaks
+    # jobs_job_one_leased_per_serialization_key: the statement claims nothing, and every
+    # job goes to the one-job path, which answers that race job by job.
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    sent_at = time.monotonic()  # the leases run from then at the latest, by this clock
+    try:
+        with scope:
+            rows = _claim_rows(items, worker=worker)
+    except IntegrityError:
         logger.info("batch claim refused by a serialization key; claiming one by one")
         return [], [], [job_id for job_id, _ in items]
     specs = dict(items)
