@@ -24,7 +24,7 @@ INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 REDELIVERED = "redelivered_total"  # published again past the delivery deadline
 
-_UPSERT = "SELECT jobs_counter_add(%s::text, %s::text, %s::bigint)"  # an upsert (migration 0019)
+_UPSERT = "SELECT jobs_counter_add(%s::text, %s::text, %s::bigint)"  # an upsert (jobs 0018)
 
 
 def counter_increment(name: str, *, label: str = "", by: int = 1) -> None:

@@ -23,7 +23,6 @@ FUNCTIONS = (
     "jobs_complete_many",
     "jobs_complete_many_hand_over",
     "jobs_heartbeat_many",
-    "jobs_key_head",
 )
 
 

@@ -7,11 +7,11 @@
 --      for an unkeyed one; jobs.dispatch names them), distinct, sorted as Python sorts them
 --      (COLLATE "C": code point order), after the jobs' row locks, as every hand-over does.
 --   3. Answer one row per completed job: its id and the oldest active job of its key other
---      than itself (jobs_key_head: the next head; NULLs when none or unkeyed). This statement
---      takes a new snapshot, so it sees every job committed by whoever held a key's lock before
---      us: a submission that found the key busy is seen here, and gets its message from the
---      caller.
+--      than itself (the next head; NULLs when none or unkeyed). This statement takes a new
+--      snapshot, so it sees every job committed by whoever held a key's lock before us: a
+--      submission that found the key busy is seen here, and gets its message from the caller.
 -- A job whose lease is gone is left out of the answer and takes no lock; its siblings complete.
+-- State list: ACTIVE of jobs/states.py (literal: the lookup should use the key's partial index).
 CREATE OR REPLACE FUNCTION jobs_complete_many_hand_over(
     p_ids uuid[],
     p_generations bigint[],
@@ -46,8 +46,16 @@ BEGIN
                h.generation, h.next_attempt_at
         FROM unnest(p_ids, p_lock_keys) AS r(id, lock_key)
         JOIN jobs_job d ON d.id = r.id AND d.id = ANY(done_ids)
-        LEFT JOIN LATERAL jobs_key_head(
-            CASE WHEN r.lock_key IS NOT NULL THEN d.serialization_key END, r.id
+        LEFT JOIN LATERAL (
+            SELECT j.id, j.state, j.created_at, j.kind, j.kind_version, j.generation,
+                   j.next_attempt_at
+            FROM jobs_job j
+            WHERE r.lock_key IS NOT NULL
+              AND j.serialization_key = d.serialization_key
+              AND j.state IN ('queued', 'leased', 'retry_wait')
+              AND j.id <> r.id
+            ORDER BY j.created_at, j.id
+            LIMIT 1
         ) h ON true
         WHERE r.id = ANY(done_ids);
 END;

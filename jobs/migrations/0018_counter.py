@@ -31,7 +31,7 @@ def _rename(what: str, old: str, new: str) -> str:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0018_one_claim")]
+    dependencies = [("jobs", "0017_job_trace_context")]
 
     operations = [
         migrations.RunSQL(DROP.format(table="jobs_signal"), UPSERT.format(table="jobs_signal")),
