@@ -17,7 +17,7 @@ from outbox.fastpath import writing
 
 from . import admission, bulk
 from .models import Job
-from .submission import _job_check, job_submit
+from .submission import job_check, job_submit
 
 # What a submit_many request may name, and the defaults of what it leaves out: job_submit's
 # keywords, read from its signature so the two never drift apart.
@@ -72,7 +72,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
 def _plain_submit(request: dict[str, Any]) -> bulk.PlainSubmit | None:
     """A checked keyless request (every keyword of job_submit), or None when an admission
     rule applies (job_submit's way)."""
-    spec, fingerprint = _job_check(
+    spec, fingerprint = job_check(
         **{name: value for name, value in request.items() if name in _CHECK_PARAMETERS}
     )
     tenant = request["tenant"]
@@ -86,4 +86,4 @@ def _plain_submit(request: dict[str, Any]) -> bulk.PlainSubmit | None:
     return bulk.PlainSubmit(spec=spec, fingerprint=fingerprint, **request)
 
 
-_CHECK_PARAMETERS = frozenset(inspect.signature(_job_check).parameters)
+_CHECK_PARAMETERS = frozenset(inspect.signature(job_check).parameters)

@@ -154,7 +154,7 @@ class NewJob:
     keys: list[str]  # admission locks to take (serialization key, caps)
 
 
-def _job_check(
+def job_check(
     *,
     kind: str,
     input: dict[str, Any],
@@ -208,7 +208,7 @@ def _job_new(
     run_after: datetime | None,
 ) -> NewJob:
     """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
-    spec, fingerprint = _job_check(
+    spec, fingerprint = job_check(
         kind=kind,
         input=input,
         owner=owner,
