@@ -957,7 +957,7 @@ def _batch_findings(results: dict[str, Any]) -> list[str]:
             f"- **Serialization keys: {serial['ratio_keys_vs_none']:.2f}x no keys** "
             f"({_f(serial['many_keys_jobs_per_s'])} jobs/s with keys, "
             f"{_f(serial['no_keys_jobs_per_s'])} without). A keyed submit is one statement "
-            "(the key's lock and head check inside the INSERT, `jobs.inserts.insert_admitted`; "
+            "(the key's lock and head check inside the INSERT, `jobs.admission.insert_admitted`; "
             "it was four round trips), and a batch message's keyed heads complete, take their "
             "keys' locks and find their next heads in one statement "
             "(`jobs_complete_many_hand_over`; a keyed batch of 20 was 61 statements, now 2). "

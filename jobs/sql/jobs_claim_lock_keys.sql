@@ -1,5 +1,5 @@
 -- The advisory-lock keys a claim takes for a kind's caps, in the order
--- jobs.dispatch.admission_lock_keys sorts them (tests/integration/test_claim_function.py compares them).
+-- jobs.admission.admission_lock_keys sorts them (tests/integration/test_claim_function.py compares them).
 -- A kind without caps (most kinds) answers at once, without building an array.
 CREATE OR REPLACE FUNCTION jobs_claim_lock_keys(
     p_kind text, p_tenant_id bigint, p_tenant_limit int, p_kind_limit int
