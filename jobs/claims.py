@@ -123,19 +123,11 @@ def lease_from_row(
     job_id: UUID, row: dict[str, Any], *, worker: str, lease_seconds: float, charged: bool
 ) -> Lease:
     """The Lease a claim function's row (jobs_claim, jobs_claim_many) describes, by name."""
-    return Lease(
-        job_id=job_id,
-        generation=row["generation"],
-        attempt=row["attempt"],
+    return Lease.from_row(
+        job_id,
+        row,
         worker=worker,
         lease_seconds=lease_seconds,
-        kind=row["kind"],
-        kind_version=row["kind_version"],
-        input_version=row["input_version"],
-        owner_id=row["owner_id"],
-        tenant_id=row["tenant_id"],
-        serialization_key=row.get("serialization_key"),
-        deadline=row["deadline"],
         previous_state=row["previous_state"],
         claimed_at=row["claimed_at"],
         charged=charged,

@@ -1,7 +1,7 @@
 """Leases and fencing: a claimed job's lease, kept alive, and written only by its owner.
 
-The claim that makes a lease lives in jobs.claims (`claim_rows`, the database function
-`jobs_claim_many`, for one job or a batch's). Its commit does not wait for its WAL flush.
+The claim that makes a lease lives in jobs.claims (`job_claim_id`, the database function
+`jobs_claim`) and jobs.batch (`jobs_claim_many`). Its commit does not wait for its WAL flush.
 If a database crash loses it, the job is back to its previous state and nothing of this
 attempt is durable: every later write of ours is fenced by (generation, owner token) and
 commits synchronously, which would have flushed the claim first. A new claim after the crash
