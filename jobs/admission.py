@@ -10,7 +10,7 @@ running job hands over its turn, so the queue never fills with work that cannot 
   - per-kind cap (`kind_limit`, e.g. a provider quota): the same across all tenants.
 Submission and hand-over take the same advisory locks (sorted, transaction-scoped), so a
 hand-over never misses a job submitted concurrently. The claim re-checks every rule under
-the same locks (jobs.leases), so a duplicate or early message can never break one.
+the same locks (jobs.claims), so a duplicate or early message can never break one.
 
 Every admission statement is here: the submit's check (`admission_open`, or inside the keyed
 submit's INSERT: `insert_admitted`), a success's completion that hands its key over
