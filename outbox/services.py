@@ -26,23 +26,30 @@ def outbox_entry_new(
     available_at: datetime | None = None,
     fast_path: bool | None = None,
 ) -> OutboxEntry:
-    """An unsaved outbox row. With the fast path (due now), it is reserved for this process,
-    which publishes it right after the commit (`outbox_after_commit`); if this process dies
-    first, the reservation lapses and the relay publishes it."""
+    """An unsaved outbox row, due at `available_at` (else now), reserved for this process's
+    fast path as `outbox_reserved_until` says."""
     now = timezone.now()
     due = available_at or now
-    use_fast_path = outbox_settings.FAST_PATH if fast_path is None else fast_path
-    use_fast_path = use_fast_path and due <= now
     return OutboxEntry(
         task_name=task_name,
         queue=queue,
         job_id=job_id,
         kwargs=kwargs or {},
         available_at=due,
-        reserved_until=(
-            now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS) if use_fast_path else None
-        ),
+        reserved_until=outbox_reserved_until(due=due, now=now, fast_path=fast_path),
     )
+
+
+def outbox_reserved_until(
+    *, due: datetime, now: datetime, fast_path: bool | None = None
+) -> datetime | None:
+    """The `reserved_until` of a row written at `now`, due at `due`: with the fast path
+    (`fast_path`, else OUTBOX_FAST_PATH) and due now, the row is reserved for the writing
+    process, which publishes it right after the commit (`outbox_after_commit`); if that process
+    dies first, the reservation lapses and the relay publishes it. None: the relay's at once."""
+    if not (outbox_settings.FAST_PATH if fast_path is None else fast_path) or due > now:
+        return None
+    return now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS)
 
 
 # While `outbox_publish_together()` is active in this thread: the rows whose transaction
