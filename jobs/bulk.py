@@ -7,8 +7,9 @@ prepared statement (jobs.prepared), so nothing is quoted on the client, and no m
 made per row of jobs_jobevent; the jobs come back as `Job.from_db`, the outbox rows (with the
 ids the INSERT returned) as `OutboxEntry.from_db`.
 
-The rows are those `job_submit` writes for the same request: `_job_new` (jobs.services),
-`job_event_new` (jobs.events) and `job_execute_message` (jobs.dispatch) say what they are, and
+The rows are those `job_submit` writes for the same request: jobs.rows spells a job's values
+and its `accepted` event for both, `job_execute_message` (jobs.dispatch) and
+`outbox_reserved_until` (outbox.services) its outbox row, and
 tests/integration/test_submit_many.py compares every column.
 """
 
@@ -16,73 +17,51 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connection
 from django.db.models import Field, Model
 from django.utils import timezone
 
-from outbox.conf import outbox_settings
 from outbox.models import OutboxEntry
-from outbox.services import outbox_after_commit_many
+from outbox.services import outbox_after_commit_many, outbox_reserved_until
 
-from . import dispatch, prepared, registry, tracing
-from .models import Job, JobEvent, StoredObject, Tenant
-from .states import JobState
-
-
-class PlainSubmit(NamedTuple):
-    """A checked request of `job_submit_many` that takes no lock and decides nothing."""
-
-    spec: registry.KindSpec
-    fingerprint: str
-    kind: str
-    input: Any
-    owner: Model
-    tenant: Tenant | None
-    business_key: str | None  # falsy: a truthy key goes through job_submit
-    input_version: int
-    idempotency_key: str | None  # falsy, as business_key
-    serialization_key: str | None  # falsy: a key has an admission rule
-    input_ref: StoredObject | None
-    replay_of: Job | None
-    run_after: datetime | None
-
+from . import dispatch, prepared, rows, tracing
+from .models import Job, JobEvent
+from .rows import CheckedSubmit
 
 # Columns whose values differ between the rows of one call; every other column takes one value.
-_JOB_COLUMNS = (
+_JOB_COLUMNS = (  # a field of rows.job_values, by its name as a column
     "id",
     "kind",
     "kind_version",
-    "owner_id",
-    "tenant_id",
     "business_key",
     "input_version",
     "idempotency_key",
     "request_fingerprint",
     "input",
-    "input_ref_id",
     "serialization_key",
-    "replay_of_id",
     "max_attempts",
     "next_attempt_at",
     "deadline",
 )
+_RELATED = ("owner", "tenant", "input_ref", "replay_of")  # and these, by their key's column
+_RELATED_COLUMNS = tuple((name, f"{name}_id") for name in _RELATED)
 _EVENT_COLUMNS = ("job_id", "details")
 _OUTBOX_COLUMNS = ("queue", "job_id", "kwargs", "available_at", "reserved_until")
-_RELATED = ("owner", "tenant", "input_ref", "replay_of")
 
 
-def jobs_insert_plain(submits: Sequence[PlainSubmit]) -> list[Job]:
-    """Write the jobs, their `accepted` events and their outbox rows in the caller's
-    transaction (three statements), and publish the rows once it commits. An input Django
-    cannot encode or an unsaved related row raises before the first statement."""
+def jobs_insert_plain(submits: Sequence[CheckedSubmit]) -> list[Job]:
+    """Write the jobs of these plain requests (no lock to take, nothing to decide), their
+    `accepted` events and their outbox rows in the caller's transaction (three statements),
+    and publish the rows once it commits. An input Django cannot encode or an unsaved related
+    row raises before the first statement."""
     now = timezone.now()
     jobs = _job_columns(submits, now)
     tracing.jobs_trace_begin(jobs)
-    fixed = {"state": JobState.QUEUED.value, "created_at": now, "updated_at": now}
+    fixed = {**rows.NEW_JOB, "created_at": now, "updated_at": now}
     job_values = _fixed_values(Job, jobs, fixed)
     _insert(Job, {**jobs, **_json_columns(jobs, "input", "trace_context")}, job_values)
     _insert(JobEvent, _event_columns(submits, jobs), _accepted_values(job_values, now))
@@ -90,60 +69,42 @@ def jobs_insert_plain(submits: Sequence[PlainSubmit]) -> list[Job]:
     return _jobs(submits, jobs, job_values)
 
 
-def _job_columns(submits: Sequence[PlainSubmit], now: datetime) -> dict[str, list[Any]]:
-    """The jobs' varying columns (`input` as given), as `_job_new` fills them."""
+def _job_columns(submits: Sequence[CheckedSubmit], now: datetime) -> dict[str, list[Any]]:
+    """The jobs' varying columns (`input` as given): `rows.job_values` of each."""
     columns: dict[str, list[Any]] = {name: [] for name in _JOB_COLUMNS}
-    new_id = Job._meta.get_field("id").get_default
+    columns.update((column, []) for _, column in _RELATED_COLUMNS)
+    plain = [(name, columns[name].append) for name in _JOB_COLUMNS]
+    related = [(name, columns[column].append) for name, column in _RELATED_COLUMNS]
     for s in submits:
-        due = now if s.run_after is None else max(now, s.run_after)
-        policy = s.spec.policy
-        for name, value in (
-            ("id", new_id()),
-            ("kind", s.kind),
-            ("kind_version", s.spec.version),
-            ("owner_id", _related_id("owner", s.owner)),
-            ("tenant_id", _related_id("tenant", s.tenant)),
-            ("business_key", s.business_key),
-            ("input_version", s.input_version),
-            ("idempotency_key", s.idempotency_key),
-            ("request_fingerprint", s.fingerprint),
-            ("input", s.input),
-            ("input_ref_id", _related_id("input_ref", s.input_ref)),
-            ("serialization_key", s.serialization_key),
-            ("replay_of_id", _related_id("replay_of", s.replay_of)),
-            ("max_attempts", policy.max_attempts),
-            ("next_attempt_at", due),
-            ("deadline", due + timedelta(seconds=policy.max_elapsed)),
-        ):
-            columns[name].append(value)
+        values = rows.job_values(s, now)
+        for name, append in plain:
+            append(values[name])
+        for name, append in related:
+            append(_related_id(name, values[name]))
     return columns
 
 
 def _event_columns(
-    submits: Sequence[PlainSubmit], jobs: dict[str, list[Any]]
+    submits: Sequence[CheckedSubmit], jobs: dict[str, list[Any]]
 ) -> dict[str, list[Any]]:
-    """The `accepted` events' varying columns (JSON as text), as `_job_new` fills them."""
+    """The `accepted` events' varying columns (JSON as text): `rows.accepted_details`."""
     none = _json({})
     return {
         "job_id": jobs["id"],
         "details": [
-            none if s.run_after is None else _json({"run_after": s.run_after.isoformat()})
+            _json(details) if (details := rows.accepted_details(s.request.run_after)) else none
             for s in submits
         ],
     }
 
 
 def _accepted_values(job_values: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """Every other column of an `accepted` event: `job_event_new(job, from_state="",
-    to_state="queued", reason="accepted")` of a new job."""
+    """Every other column of an `accepted` event (`rows.ACCEPTED_EVENT`) of a new job, as
+    `job_event_new` fills them (worker and actor: the fields' defaults)."""
     given = {
-        "from_state": "",
-        "to_state": JobState.QUEUED.value,
+        **rows.ACCEPTED_EVENT,
         "generation": job_values["generation"],
         "attempt": job_values["attempt"],
-        "worker": "",
-        "actor": "",
-        "reason": "accepted",
         "at": now,
     }
     return _fixed_values(JobEvent, _EVENT_COLUMNS, given)
@@ -171,9 +132,7 @@ def _messages(
     jobs: dict[str, list[Any]], job_values: dict[str, Any], now: datetime
 ) -> dict[str, list[Any]]:
     """The outbox rows' varying columns (`kwargs` as dicts), as `job_execute_message` fills
-    them: due now (reserved for the fast path, when on) or at the job's first due time."""
-    reserved = now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS)
-    fast = outbox_settings.FAST_PATH
+    them: due at the job's first due time, reserved as `outbox_reserved_until` says."""
     queues: dict[tuple[str, int], str] = {}
     columns: dict[str, list[Any]] = {name: [] for name in _OUTBOX_COLUMNS}
     for job_id, kind, version, due in zip(
@@ -182,28 +141,26 @@ def _messages(
         queue = queues.get((kind, version))
         if queue is None:
             queue = queues[kind, version] = dispatch.execute_queue(kind, version)
-        later = due > now
         columns["queue"].append(queue)
         columns["job_id"].append(job_id)
         columns["kwargs"].append(
             dispatch.execute_kwargs(job_id, job_values["generation"], kind, version)
         )
         columns["available_at"].append(due)
-        columns["reserved_until"].append(reserved if fast and not later else None)
+        columns["reserved_until"].append(outbox_reserved_until(due=due, now=now))
     tracing.bulk_message_hints(columns["kwargs"], jobs)
     return columns
 
 
 def _jobs(
-    submits: Sequence[PlainSubmit], columns: dict[str, list[Any]], values: dict[str, Any]
+    submits: Sequence[CheckedSubmit], columns: dict[str, list[Any]], values: dict[str, Any]
 ) -> list[Job]:
     """The written jobs as `job_submit` returns them: related rows cached, `replayed` False."""
     jobs: list[Job] = _instances(Job, columns, values)
     caches = [Job._meta.get_field(name) for name in _RELATED]
     for job, s in zip(jobs, submits, strict=True):
-        for field, related in zip(
-            caches, (s.owner, s.tenant, s.input_ref, s.replay_of), strict=True
-        ):
+        for field, name in zip(caches, _RELATED, strict=True):
+            related = getattr(s.request, name)
             if related is not None:
                 field.set_cached_value(job, related)  # type: ignore[union-attr]
         job.replayed = False

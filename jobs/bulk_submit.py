@@ -15,9 +15,10 @@ from django.db import transaction
 
 from outbox.fastpath import writing
 
-from . import admission, bulk
+from . import bulk
 from .models import Job
-from .submission import job_check, job_submit
+from .rows import CheckedSubmit, SubmitRequest
+from .submission import job_check, job_lock_keys, job_submit
 
 # What a submit_many request may name, and the defaults of what it leaves out: job_submit's
 # keywords, read from its signature so the two never drift apart.
@@ -44,7 +45,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     idempotency key) raises and the whole call writes nothing.
     """
     requests = list(requests)
-    plain: list[tuple[int, bulk.PlainSubmit]] = []
+    plain: list[tuple[int, CheckedSubmit]] = []
     rest: list[tuple[int, dict[str, Any]]] = []
     for index, request in enumerate(requests):
         unknown = set(request) - _SUBMIT_FIELDS
@@ -53,7 +54,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
         if request.get("idempotency_key") or request.get("business_key"):
             rest.append((index, request))
             continue
-        submit = _plain_submit({**_PLAIN_DEFAULTS, **request})
+        submit = _plain_submit(SubmitRequest(**{**_PLAIN_DEFAULTS, **request}))
         if submit is None:
             rest.append((index, request))
         else:
@@ -69,21 +70,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     return [job for job in out if job is not None]
 
 
-def _plain_submit(request: dict[str, Any]) -> bulk.PlainSubmit | None:
-    """A checked keyless request (every keyword of job_submit), or None when an admission
-    rule applies (job_submit's way)."""
-    spec, fingerprint = job_check(
-        **{name: value for name, value in request.items() if name in _CHECK_PARAMETERS}
-    )
-    tenant = request["tenant"]
-    if admission.admission_lock_keys(
-        kind=request["kind"],
-        tenant_id=tenant.pk if tenant else None,
-        serialization_key=request["serialization_key"],
-        spec=spec,
-    ):
-        return None
-    return bulk.PlainSubmit(spec=spec, fingerprint=fingerprint, **request)
-
-
-_CHECK_PARAMETERS = frozenset(inspect.signature(job_check).parameters)
+def _plain_submit(request: SubmitRequest) -> CheckedSubmit | None:
+    """A checked keyless request, or None when an admission rule applies (job_submit's way)."""
+    checked = job_check(request)
+    return None if job_lock_keys(checked) else checked

@@ -1,11 +1,13 @@
 """Accepting a job: its rows (Job, `accepted` event, outbox entry) written together by the
 cheapest strategy its rules allow, or the job it repeats (idempotency key, logical job).
 
-`job_submit` builds the rows (`_job_new`), looks for the job this request repeats, then
-writes: a plain job in one statement; a serialization key and no other rule in one statement
-that also decides admission (`admission.insert_admitted`); a business key (older input versions to
-supersede), other admission rules, or a caller's own transaction in one transaction. A unique
-index lost to a concurrent submit of the same key turns into that job's replay.
+`job_submit` checks the request (`job_check`), makes its rows (`_job_new`: model instances of
+the values jobs.rows spells for both writers, this and jobs.bulk), looks for the job this
+request repeats, then writes: a plain job in one statement; a serialization key and no other
+rule in one statement that also decides admission (`admission.insert_admitted`); a business
+key (older input versions to supersede), other admission rules, or a caller's own
+transaction in one transaction. A unique index lost to a concurrent submit of the same key
+turns into that job's replay.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -33,6 +35,14 @@ from .exceptions import IdempotencyConflict, InputTooLarge
 from .inserts import insert_together
 from .models import Job, JobEvent, StoredObject, Tenant
 from .nesting import input_depth_check
+from .rows import (
+    ACCEPTED_EVENT,
+    NEW_JOB,
+    CheckedSubmit,
+    SubmitRequest,
+    accepted_details,
+    job_values,
+)
 from .states import CLAIMABLE, JobState
 
 logger = logging.getLogger(__name__)
@@ -72,24 +82,23 @@ def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
     return Q(tenant__isnull=True, owner_id=owner_id)
 
 
-def _existing_for_replay(
-    *,
-    owner: User,
-    tenant: Tenant | None,
-    idempotency_key: str | None,
-    kind: str,
-    business_key: str | None,
-    input_version: int,
-) -> Job | None:
-    if idempotency_key:
-        found = Job.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+def _existing_for_replay(request: SubmitRequest) -> Job | None:
+    """The job this request repeats: the owner's job of its idempotency key, else the job of
+    its business key and input version (in its logical scope), else None."""
+    owner, tenant = request.owner, request.tenant
+    if request.idempotency_key:
+        found = Job.objects.filter(owner=owner, idempotency_key=request.idempotency_key).first()
         if found is not None:
             return found
-    if business_key:
+    if request.business_key:
         scope = logical_scope(owner_id=owner.pk, tenant_id=tenant.pk if tenant else None)
         return (
             Job.objects.filter(scope)
-            .filter(kind=kind, business_key=business_key, input_version=input_version)
+            .filter(
+                kind=request.kind,
+                business_key=request.business_key,
+                input_version=request.input_version,
+            )
             .first()
         )
     return None
@@ -147,28 +156,19 @@ def _supersede_older_versions(job: Job) -> None:
 class NewJob:
     """A checked submission, not saved yet: the job, its `accepted` event, and more."""
 
-    spec: registry.KindSpec
+    checked: CheckedSubmit
     job: Job
     accepted: JobEvent
     later: datetime | None  # the outbox row's due time; None: now (fast path)
     keys: list[str]  # admission locks to take (serialization key, caps)
 
 
-def job_check(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None,
-    business_key: str | None,
-    input_version: int,
-    serialization_key: str | None,
-    input_ref: StoredObject | None,
-) -> tuple[registry.KindSpec, str]:
-    """Check a submission (size, schema, tenant of referenced rows): its kind and fingerprint."""
-    spec = registry.kind_latest(kind)
+def job_check(request: SubmitRequest) -> CheckedSubmit:
+    """Check a submission (size, schema, tenant of referenced rows): with its kind and
+    fingerprint."""
+    spec = registry.kind_latest(request.kind)
     try:
-        encoded: bytes | None = _canonical(input).encode()
+        encoded: bytes | None = _canonical(request.input).encode()
     except RecursionError:  # json's own bound, far beyond JOBS_MAX_INPUT_DEPTH
         encoded = None
     encoded = input_depth_check(encoded)
@@ -177,82 +177,45 @@ def job_check(
             f"input is {len(encoded)} bytes, over JOBS_MAX_INPUT_BYTES="
             f"{jobs_settings.MAX_INPUT_BYTES}; upload it and pass an object reference"
         )
-    spec.validate(input)
+    spec.validate(request.input)
+    tenant = request.tenant
     if spec.authorize_submit is not None:
         # Ids in the input must name rows of the job's tenant: Forbidden, a 404 through the API.
-        spec.authorize_submit(owner=owner, tenant=tenant, input=input)
+        spec.authorize_submit(owner=request.owner, tenant=tenant, input=request.input)
     fingerprint = job_request_fingerprint(
-        kind=kind,
-        input=input,
-        business_key=business_key,
-        input_version=input_version,
-        serialization_key=serialization_key,
-        input_ref=input_ref.pk if input_ref else None,
+        kind=request.kind,
+        input=request.input,
+        business_key=request.business_key,
+        input_version=request.input_version,
+        serialization_key=request.serialization_key,
+        input_ref=request.input_ref.pk if request.input_ref else None,
         tenant_id=tenant.pk if tenant else None,
     )
-    return spec, fingerprint
+    return CheckedSubmit(request, spec, fingerprint)
 
 
-def _job_new(
-    *,
-    kind: str,
-    input: dict[str, Any],
-    owner: User,
-    tenant: Tenant | None,
-    business_key: str | None,
-    input_version: int,
-    idempotency_key: str | None,
-    serialization_key: str | None,
-    input_ref: StoredObject | None,
-    replay_of: Job | None,
-    run_after: datetime | None,
-) -> NewJob:
-    """Check a submission (size, schema, tenant of referenced rows) and build its rows."""
-    spec, fingerprint = job_check(
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
+def job_lock_keys(checked: CheckedSubmit) -> list[str]:
+    """The admission locks a checked submission takes (none: a plain one)."""
+    request = checked.request
+    return admission.admission_lock_keys(
+        kind=request.kind,
+        tenant_id=request.tenant.pk if request.tenant else None,
+        serialization_key=request.serialization_key,
+        spec=checked.spec,
     )
+
+
+def _job_new(checked: CheckedSubmit) -> NewJob:
+    """The rows of a checked submission (jobs.rows), as model instances."""
     now = timezone.now()
-    due = max(now, run_after) if run_after is not None else now
-    keys = admission.admission_lock_keys(
-        kind=kind,
-        tenant_id=tenant.pk if tenant else None,
-        serialization_key=serialization_key,
-        spec=spec,
-    )
-    job = Job(
-        kind=kind,
-        kind_version=spec.version,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        idempotency_key=idempotency_key,
-        request_fingerprint=fingerprint,
-        input=input,
-        input_ref=input_ref,
-        serialization_key=serialization_key,
-        replay_of=replay_of,
-        state=JobState.QUEUED.value,
-        max_attempts=spec.policy.max_attempts,
-        next_attempt_at=due,
-        deadline=due + timedelta(seconds=spec.policy.max_elapsed),
-    )
+    values = job_values(checked, now)
+    job = Job(**NEW_JOB, **values)
     tracing.job_trace_begin(job)
     accepted = job_event_new(
-        job,
-        from_state="",
-        to_state=JobState.QUEUED.value,
-        reason="accepted",
-        details={"run_after": run_after.isoformat()} if run_after is not None else None,
+        job, **ACCEPTED_EVENT, details=accepted_details(checked.request.run_after)
     )
-    return NewJob(spec, job, accepted, due if due > now else None, keys)
+    due: datetime = values["next_attempt_at"]
+    return NewJob(checked, job, accepted, due if due > now else None, job_lock_keys(checked))
 
 
 @writing()  # company for the fast path's publisher: rows of concurrent submits share messages
@@ -278,34 +241,30 @@ def job_submit(
     the elapsed budget starts then).
     """
     new = _job_new(
-        kind=kind,
-        input=input,
-        owner=owner,
-        tenant=tenant,
-        business_key=business_key,
-        input_version=input_version,
-        idempotency_key=idempotency_key,
-        serialization_key=serialization_key,
-        input_ref=input_ref,
-        replay_of=replay_of,
-        run_after=run_after,
+        job_check(
+            SubmitRequest(
+                kind,
+                input,
+                owner,
+                tenant,
+                business_key,
+                input_version,
+                idempotency_key,
+                serialization_key,
+                input_ref,
+                replay_of,
+                run_after,
+            )
+        )
     )
-    lookup: dict[str, Any] = {
-        "owner": owner,
-        "tenant": tenant,
-        "idempotency_key": idempotency_key,
-        "kind": kind,
-        "business_key": business_key,
-        "input_version": input_version,
-    }
-    replayed = _replayed(new, lookup)
+    replayed = _replayed(new)
     if replayed is not None:
         return replayed
     try:
-        _insert_new(new, serialization_key=serialization_key, business_key=business_key)
+        _insert_new(new)
     except IntegrityError:
         # A concurrent submit of the same key or logical job won the unique index.
-        replayed = _replayed(new, lookup)
+        replayed = _replayed(new)
         if replayed is None:
             raise
         return replayed
@@ -313,14 +272,16 @@ def job_submit(
     return new.job
 
 
-def _replayed(new: NewJob, lookup: dict[str, Any]) -> Job | None:
+def _replayed(new: NewJob) -> Job | None:
     """The job this submit repeats (`_existing_for_replay`), checked against its request."""
-    existing = _existing_for_replay(**lookup)
-    return None if existing is None else _check_replay(existing, new.job.request_fingerprint)
+    existing = _existing_for_replay(new.checked.request)
+    return None if existing is None else _check_replay(existing, new.checked.fingerprint)
 
 
-def _insert_new(new: NewJob, *, serialization_key: str | None, business_key: str | None) -> None:
+def _insert_new(new: NewJob) -> None:
     """Write the new job's rows by the cheapest strategy its rules allow."""
+    serialization_key = new.checked.request.serialization_key
+    business_key = new.checked.request.business_key
     if (
         serialization_key
         and not business_key
@@ -359,14 +320,14 @@ def _insert_superseding(new: NewJob) -> None:
     the serialization key: before admission)."""
     insert_together(new.job, new.accepted)
     _supersede_older_versions(new.job)
-    if admission.admission_open(new.job, new.spec):
+    if admission.admission_open(new.job, new.checked.spec):
         dispatch.job_enqueue_execute(new.job, available_at=new.later)
 
 
 def _insert_under_admission(new: NewJob) -> None:
     """Admission first, under its locks; the outbox row, if any, then goes in the same
     statement as the job."""
-    admitted = admission.admission_open(new.job, new.spec)
+    admitted = admission.admission_open(new.job, new.checked.spec)
     message = dispatch.job_execute_message(new.job, available_at=new.later) if admitted else None
     insert_together(new.job, new.accepted, *([message] if message else []))
     if message is not None:
