@@ -134,6 +134,7 @@ def _messages(
     """The outbox rows' varying columns (`kwargs` as dicts), as `job_execute_message` fills
     them: due at the job's first due time, reserved as `outbox_reserved_until` says."""
     queues: dict[tuple[str, int], str] = {}
+    reserved: dict[datetime, datetime | None] = {}  # by due time: most rows are due `now`
     columns: dict[str, list[Any]] = {name: [] for name in _OUTBOX_COLUMNS}
     for job_id, kind, version, due in zip(
         jobs["id"], jobs["kind"], jobs["kind_version"], jobs["next_attempt_at"], strict=True
@@ -147,7 +148,9 @@ def _messages(
             dispatch.execute_kwargs(job_id, job_values["generation"], kind, version)
         )
         columns["available_at"].append(due)
-        columns["reserved_until"].append(outbox_reserved_until(due=due, now=now))
+        if due not in reserved:
+            reserved[due] = outbox_reserved_until(due=due, now=now)
+        columns["reserved_until"].append(reserved[due])
     tracing.bulk_message_hints(columns["kwargs"], jobs)
     return columns
 

@@ -240,23 +240,20 @@ def job_submit(
     raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
     the elapsed budget starts then).
     """
-    new = _job_new(
-        job_check(
-            SubmitRequest(
-                kind,
-                input,
-                owner,
-                tenant,
-                business_key,
-                input_version,
-                idempotency_key,
-                serialization_key,
-                input_ref,
-                replay_of,
-                run_after,
-            )
-        )
+    request = SubmitRequest(
+        kind,
+        input,
+        owner,
+        tenant,
+        business_key,
+        input_version,
+        idempotency_key,
+        serialization_key,
+        input_ref,
+        replay_of,
+        run_after,
     )
+    new = _job_new(job_check(request))
     replayed = _replayed(new)
     if replayed is not None:
         return replayed
