@@ -46,3 +46,55 @@ def test_worker_of_other_queues_with_prefetch_eight__starts(harness: Harness) ->
     worker = harness.start_worker("emails", queues="emails", args=("--prefetch-multiplier=8",))
 
     assert worker.alive()
+
+
+def test_worker_of_batch_queues_with_batch_prefetch_two__starts_with_prefetch_two(
+    harness: Harness,
+) -> None:
+    # Celery's unset default (4) is lowered to the allowed value: 2 on a batch queue.
+    worker = harness.start_worker("reserve", concurrency=2, JOBS_BATCH_PREFETCH_MULTIPLIER="2")
+
+    assert worker.alive()
+    wait_until(
+        lambda: "prefetch multiplier 2 on this worker" in worker.log(),
+        timeout=10,
+        what="the worker to say its prefetch",
+    )
+
+
+def test_worker_with_batch_prefetch_two__its_limit_must_fit_twice__refuses_to_start(
+    harness: Harness,
+) -> None:
+    # 1,505 s (with the batch budget) is below 0.8 x 3,600 s, but a prefetched message waits
+    # up to one limit behind a running one: 2 x 1,505 s is not.
+    worker = harness.start_worker(
+        "twice",
+        wait=False,
+        JOBS_BATCH_PREFETCH_MULTIPLIER="2",
+        JOBS_TASK_TIME_LIMIT="1500",
+        JOBS_TASK_SOFT_TIME_LIMIT="1400",
+    )
+
+    wait_until(lambda: not worker.alive(), timeout=60, what="the worker to exit")
+    assert worker.popen.returncode == 78
+    assert "task_time_limit=1505s x prefetch 2 (a prefetched message waits)" in worker.log()
+
+
+def test_worker_of_a_single_job_queue_with_prefetch_two__refuses_to_start(
+    harness: Harness,
+) -> None:
+    # tests.kinds_batch registers `batch.alone` (batch=False) on the jobs queue: its messages
+    # are single jobs of any length, so no message may wait behind one.
+    worker = harness.start_worker(
+        "single",
+        wait=False,
+        args=("--prefetch-multiplier=2",),
+        JOBS_BATCH_PREFETCH_MULTIPLIER="2",
+        JOBS_HANDLER_MODULES="tests.kinds_batch",
+    )
+
+    wait_until(lambda: not worker.alive(), timeout=60, what="the worker to exit")
+    assert worker.popen.returncode == 78
+    log = worker.log()
+    assert "worker_prefetch_multiplier must be 1 for a worker of a jobs queue (got 2)" in log
+    assert "'jobs' (kind 'batch.alone')" in log
