@@ -9,11 +9,6 @@ contenders and links interleaved in one run, order rotated each round:
   - `proxy0`: every connection through a FaultProxy (tests/network/proxy.py) with no delay;
   - `proxy1`: the same proxies with `delay(1)`: 1 ms each way, a 2 ms round trip.
 
-Durable runs twice behind the proxies: as configured by default (prefetch 1), and as
-`durable_reserve`, a worker with JOBS_BATCH_PREFETCH_MULTIPLIER=2, which holds a second
-message per pool process (the jobs queue carries batch kinds alone), so the ack and the next
-delivery can overlap the work.
-
 Each link has four proxies, as if the driver and the worker were two hosts: the driver's (the
 submits, the fast path's publishes) and the worker's, each to PostgreSQL and to Redis. Every
 process of a contender connects through them (DATABASE_URL, CELERY_BROKER_URL and
@@ -37,7 +32,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,9 +62,7 @@ JOBS = 3_000  # per drain: raw Celery's rounds under latency take the longest (~
 # link (context only) is run at the first.
 CONCURRENCIES = (2, 4)
 LINKS = ("direct", "proxy0", "proxy1")
-CONTENDERS = ("durable", "durable_reserve", "raw_celery")
-# The worker's environment of each durable contender (bench.scenarios copies os.environ).
-DURABLE_ENV = {"durable": {}, "durable_reserve": {"JOBS_BATCH_PREFETCH_MULTIPLIER": "2"}}
+CONTENDERS = ("durable", "raw_celery")
 LABEL_CHARS = 72
 TOP = 12
 
@@ -320,37 +312,12 @@ def message_cycle_ms(db: str) -> tuple[float, float]:
     return float(row[0]), float(row[1])
 
 
-@contextmanager
-def _environ(extra: dict[str, str]) -> Iterator[None]:
-    """os.environ with `extra`, which the workers spawned meanwhile inherit."""
-    saved = {key: os.environ.get(key) for key in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _one(
     b: Bench, link: Link | None, contender: str, db: str, owner: Any, n: int, c: int
 ) -> LinkRound:
-    if contender in DURABLE_ENV:
-        with _environ(DURABLE_ENV[contender]):
-            return _one_link(b, link, contender, db, owner, n, c)
-    return _one_link(b, link, contender, db, owner, n, c)
-
-
-def _one_link(
-    b: Bench, link: Link | None, contender: str, db: str, owner: Any, n: int, c: int
-) -> LinkRound:
-    durable = contender in DURABLE_ENV
     if link is None:
         point_driver((PG_HOST, PG_PORT))
-        if durable:
+        if contender == "durable":
             drain = durable_drain(b, db, owner, n, c, analyze=False)
             return LinkRound("direct", drain, cycle_ms=message_cycle_ms(db))
         return LinkRound("direct", raw_drain(b, n, c))
@@ -358,7 +325,10 @@ def _one_link(
     lb = LinkBench(**{**vars(b), "fleet": fleet, "driver_redis_port": link.driver_redis.port})
     point_driver(("127.0.0.1", link.driver_pg.port))
     driver0 = link.driver_pg.chunks["up"], link.driver_redis.chunks["up"]
-    drain = durable_drain(lb, db, owner, n, c, analyze=False) if durable else raw_drain(lb, n, c)
+    if contender == "durable":
+        drain = durable_drain(lb, db, owner, n, c, analyze=False)
+    else:
+        drain = raw_drain(lb, n, c)
     assert fleet.at_spawn is not None and fleet.at_stop is not None
     (pg0, pgl0), (rd0, rdl0) = fleet.at_spawn
     (pg1, pgl1), (rd1, rdl1) = fleet.at_stop
@@ -374,7 +344,7 @@ def _one_link(
         proxy_cpu_s=fleet.cpu_at_stop - fleet.cpu_at_spawn,
         pg_labels=pgl1 - pgl0,
         redis_labels=rdl1 - rdl0,
-        cycle_ms=message_cycle_ms(db) if durable else None,
+        cycle_ms=message_cycle_ms(db) if contender == "durable" else None,
     )
 
 
@@ -417,12 +387,7 @@ def _ratios(rounds: dict[str, list[LinkRound]], a: str, b: str) -> float:
 
 
 def _order(r: int, links: tuple[str, ...]) -> Iterator[tuple[str, str]]:
-    pairs = [
-        (contender, link)
-        for link in links
-        for contender in CONTENDERS
-        if not (contender == "durable_reserve" and link == "direct")
-    ]
+    pairs = [(contender, link) for link in links for contender in CONTENDERS]
     shift = r % len(pairs)
     yield from pairs[shift:] + pairs[:shift]
 
@@ -454,7 +419,7 @@ def scenario_slowlink(b: Bench) -> dict[str, Any]:
         "batch_max": outbox_settings.BATCH_MAX,
     }
     rounds: dict[int, dict[str, list[LinkRound]]] = {
-        c: {f"{k}_{x}": [] for k, x in _order(0, _links_at(c))} for c in CONCURRENCIES
+        c: {f"{k}_{x}": [] for k in CONTENDERS for x in _links_at(c)} for c in CONCURRENCIES
     }
     try:
         out["round_trip_ms"] = {
@@ -473,7 +438,7 @@ def scenario_slowlink(b: Bench) -> dict[str, Any]:
                         else ""
                     )
                     log(
-                        f"    c={c} {contender:15s} {name:6s} drain "
+                        f"    c={c} {contender:10s} {name:6s} drain "
                         f"{result.drain.jobs_per_s:8.1f} jobs/s"
                         f"  submit {n / result.drain.submit_s:8.1f}/s{extra}"
                     )
@@ -494,10 +459,6 @@ def _run_summary(rounds: dict[str, list[LinkRound]]) -> dict[str, Any]:
         "durable_slow_vs_durable_proxy0": ("durable_proxy1", "durable_proxy0"),
         "raw_slow_vs_raw_proxy0": ("raw_celery_proxy1", "raw_celery_proxy0"),
         "durable_proxy0_vs_raw_proxy0": ("durable_proxy0", "raw_celery_proxy0"),
-        "reserve_slow_vs_reserve_proxy0": ("durable_reserve_proxy1", "durable_reserve_proxy0"),
-        "reserve_slow_vs_durable_slow": ("durable_reserve_proxy1", "durable_proxy1"),
-        "reserve_proxy0_vs_durable_proxy0": ("durable_reserve_proxy0", "durable_proxy0"),
-        "reserve_slow_vs_raw_slow": ("durable_reserve_proxy1", "raw_celery_proxy1"),
         "durable_proxy0_vs_direct": ("durable_proxy0", "durable_direct"),
         "raw_proxy0_vs_direct": ("raw_celery_proxy0", "raw_celery_direct"),
     }

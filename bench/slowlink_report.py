@@ -15,11 +15,6 @@ BEGIN, END = "<!-- slowlink: begin -->", "<!-- slowlink: end -->"
 TARGET_PREFIX = "slow link:"
 INSERT_BEFORE = "## API submission latency"
 
-CONTENDER_NAMES = (
-    ("durable", "durable"),
-    ("durable_reserve", "durable, prefetch 2"),
-    ("raw_celery", "raw Celery"),
-)
 LABELS = {
     "direct": "direct (no proxy)",
     "proxy0": "proxies, 0 ms",
@@ -60,17 +55,6 @@ def targets(slow: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": vs_own >= TARGET_SLOW_VS_OWN,
             },
         ]
-        if "reserve_slow_vs_reserve_proxy0" in ratios:
-            reserve = ratios["reserve_slow_vs_reserve_proxy0"]
-            out.append(
-                {
-                    "name": f"{TARGET_PREFIX} durable drain with JOBS_BATCH_PREFETCH_MULTIPLIER=2 "
-                    f"at {ms:g} ms each way >= {TARGET_SLOW_VS_OWN}x its own through the "
-                    f"proxies at 0 ms (c={c})",
-                    "value": f"{reserve:.2f}x",
-                    "ok": reserve >= TARGET_SLOW_VS_OWN,
-                }
-            )
     return out
 
 
@@ -100,9 +84,7 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
     lines += [
         f"The drain of section 8 ({slow['jobs']:,} no-op jobs queued, then one worker of "
         f"concurrency {' or '.join(cs)} started; durable with `submit_many` and messages of "
-        f"up to {slow['batch_max']} jobs, raw Celery one message per task; durable once more "
-        "as 'durable, prefetch 2': a worker with `JOBS_BATCH_PREFETCH_MULTIPLIER=2`, which "
-        "holds a second message per pool process, behind the proxies only) over three links "
+        f"up to {slow['batch_max']} jobs, raw Celery one message per task) over three links "
         f"(the direct one at c={cs[0]} only, for context), every contender x link pair of "
         f"each concurrency taking turns, {slow['rounds']} rounds, order rotated. "
         "Behind the proxies, the driver (submits, fast-path publishes) and the worker are "
@@ -132,7 +114,7 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
     ]
     for c, run in all_runs.items():
         for link in ("direct", "proxy0", "proxy1"):
-            for contender, name in CONTENDER_NAMES:
+            for contender, name in (("durable", "durable"), ("raw_celery", "raw Celery")):
                 row = run["by_link"].get(f"{contender}_{link}")
                 if row is not None:
                     lines.append(f"| {c} | {LABELS[link]} | {name} | {_row(row)}")
@@ -146,14 +128,6 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
             f"**{r['durable_slow_vs_durable_proxy0']:.2f}x**; raw Celery at 1 ms / at 0 ms: "
             f"{r['raw_slow_vs_raw_proxy0']:.2f}x",
         ]
-        if "reserve_slow_vs_reserve_proxy0" in r:
-            lines.append(
-                f"- c={c}: durable with prefetch 2 at 1 ms / at 0 ms: "
-                f"**{r['reserve_slow_vs_reserve_proxy0']:.2f}x**; against durable with prefetch 1 "
-                f"over the same link: at 1 ms {r['reserve_slow_vs_durable_slow']:.2f}x, at 0 ms "
-                f"{r['reserve_proxy0_vs_durable_proxy0']:.2f}x; against raw Celery at 1 ms "
-                f"{r['reserve_slow_vs_raw_slow']:.2f}x"
-            )
         if "durable_proxy0_vs_direct" in r:
             lines.append(
                 f"- c={c}: the proxies themselves (0 ms / direct): durable "
@@ -175,8 +149,7 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         "",
     ]
     first = all_runs[cs[0]]
-    for contender, name in CONTENDER_NAMES:
-        key = f"{contender}_proxy1"
+    for key, name in (("durable_proxy1", "durable"), ("raw_celery_proxy1", "raw Celery")):
         for kind, what in (("pg", "PostgreSQL"), ("redis", "Redis")):
             rows = _breakdown(first, key, kind)
             if rows:
@@ -269,9 +242,12 @@ def _findings(slow: dict[str, Any], c: str, run: dict[str, Any]) -> list[str]:
         f"trips by {k:.0f}, but the {pg + rd:.0f} a message still makes are serial, and its "
         f"whole cycle without latency is only {cycle0:.0f} ms. The group commit's `BEGIN` "
         "and `COMMIT` are gone already (4 PostgreSQL round trips a message before, 2 now: "
-        "it raised both drains, not their ratio, since the Redis side dominates). "
-        + _reserve(by, r)
-        + "More processes overlap the waits too (below); the machine's 2 cores, "
+        "it raised both drains, not their ratio, since the Redis side dominates). What "
+        "would take most of the rest off one process's critical path: a second message "
+        "prefetched per process on the batch queue, so the ack and the next delivery "
+        "overlap the work (3 Redis round trips); not made: the worker refuses a prefetch "
+        "above 1 for a jobs queue, so that no message waits behind a running job. More "
+        "processes overlap the waits without that cost (below); the machine's 2 cores, "
         "shared by the worker, PostgreSQL, Redis and the proxies, are the other limit "
         f"(worker CPU per job {d0['worker_cpu_ms_per_job']:.2f} ms at 0 ms, "
         f"{d1['worker_cpu_ms_per_job']:.2f} at 1 ms; the proxies' "
@@ -288,34 +264,6 @@ def _findings(slow: dict[str, Any], c: str, run: dict[str, Any]) -> list[str]:
         "proxies. At 1 ms it is not the limit: raw Celery's proxy CPU is "
         f"{z1['proxy_cpu_ms_per_job'] * z1['jobs_per_s'] / 10:.0f}% of one core.",
     ]
-
-
-def _reserve(by: dict[str, Any], r: dict[str, Any]) -> str:
-    """What a second message per pool process did (JOBS_BATCH_PREFETCH_MULTIPLIER=2)."""
-    if "reserve_slow_vs_reserve_proxy0" not in r:
-        return (
-            "What would take most of the rest off one process's critical path: a second "
-            "message prefetched per process, so the ack and the next delivery overlap the "
-            "work (3 Redis round trips). "
-        )
-    e0, e1 = by["durable_reserve_proxy0"], by["durable_reserve_proxy1"]
-    gap_saved = by["durable_proxy1"]["message_gap_ms"] - e1["message_gap_ms"]
-    own = r["reserve_slow_vs_reserve_proxy0"]
-    return (
-        "With a second message held per pool process (`JOBS_BATCH_PREFETCH_MULTIPLIER=2`: "
-        "Celery's prefetch 2 on a worker whose jobs queue carries batch kinds alone) the ack, "
-        "the `BRPOP` and kombu's unacked write of the next message can overlap the work: at "
-        f"1 ms a message took {e1['message_busy_ms']:.1f} + {e1['message_gap_ms']:.1f} ms "
-        f"(gap {gap_saved:+.1f} ms shorter than with prefetch 1), at 0 ms "
-        f"{e0['message_busy_ms']:.1f} + {e0['message_gap_ms']:.1f} ms; the drain at 1 ms ran "
-        f"{r['reserve_slow_vs_durable_slow']:.2f}x the prefetch-1 drain over the same link, "
-        f"{own:.2f}x its own rate at 0 ms, which "
-        + ("meets" if own >= TARGET_SLOW_VS_OWN else "misses")
-        + " the target. What no prefetch overlaps: the claim and the group commit (2 "
-        "PostgreSQL round trips a message, serial in the pool process), and the ack and the "
-        "unacked write, which Celery's main process makes synchronously, one message after "
-        "the other, in the loop that also hands the next message to a free process. "
-    )
 
 
 def _rtt(slow: dict[str, Any], link: str) -> str:

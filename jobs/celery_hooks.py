@@ -61,12 +61,9 @@ def refuse_unsafe_worker(sender: Any = None, **kwargs: Any) -> None:
     delivery = worker_delivery(sender)
     if delivery is None:
         return
-    if worker_prefetch_lowered(sender, delivery.prefetch_allowed):
-        delivery = replace(delivery, prefetch_multiplier=delivery.prefetch_allowed)
-        logger.info(
-            "durable-jobs: prefetch multiplier %d on this worker (it consumes jobs)",
-            delivery.prefetch_allowed,
-        )
+    if worker_prefetch_lowered(sender):
+        delivery = replace(delivery, prefetch_multiplier=1)
+        logger.info("durable-jobs: prefetch multiplier 1 on this worker (it consumes jobs)")
     try:
         check_worker_settings(delivery)
     except UnsafeWorkerSettings as exc:

@@ -28,16 +28,6 @@ def jobs_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="jobs.E002",
             )
         )
-    if jobs_settings.BATCH_PREFETCH_MULTIPLIER not in (1, 2):
-        errors.append(
-            Error(
-                f"JOBS_BATCH_PREFETCH_MULTIPLIER must be 1 or 2 "
-                f"(got {jobs_settings.BATCH_PREFETCH_MULTIPLIER}).",
-                hint="2 holds one message per pool process in reserve; more would let "
-                "messages wait behind several running ones.",
-                id="jobs.E003",
-            )
-        )
     return errors
 
 

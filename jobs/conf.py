@@ -38,15 +38,6 @@ class JobsSettings(AppSettings):
         "uncharged (also added to `jobs.execute_many`'s time limits).",
         positive=True,
     )
-    BATCH_PREFETCH_MULTIPLIER: Setting[int] = Setting(
-        1,
-        "The highest worker_prefetch_multiplier (1 or 2) of a worker whose jobs queues carry "
-        "only kinds that may share a batch message: 2 holds a second message per pool "
-        "process, so the ack and the next delivery overlap the work (a host across a slow "
-        "link); the time limit must then fit twice in the redelivery window. A worker of any "
-        "other jobs queue stays at 1.",
-        positive=True,
-    )
     RABBITMQ_CONSUMER_TIMEOUT: Setting[float] = Setting(
         1800.0,
         "RabbitMQ's consumer_timeout as your server sets it (its redelivery window).",

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from celery import Celery
 
-from jobs import registry
 from jobs.worker_checks import (
     UnsafeWorkerSettings,
     WorkerDelivery,
@@ -131,113 +129,3 @@ def test_worker_prefetch_lowered__a_value_chosen_on_purpose__is_left_to_be_refus
     assert delivery is not None
     with pytest.raises(UnsafeWorkerSettings, match="got 8"):
         check_worker_settings(delivery)
-
-
-def test_check_worker_settings__prefetch_zero_celerys_unlimited__refused() -> None:
-    with pytest.raises(UnsafeWorkerSettings, match="got 0"):
-        check_worker_settings(conf(prefetch_multiplier=0, prefetch_allowed=2))
-
-
-def test_check_worker_settings__prefetch_two_on_batch_queues_allowed_two__pass() -> None:
-    check_worker_settings(conf(prefetch_multiplier=2, prefetch_allowed=2))
-
-
-def test_check_worker_settings__prefetch_above_the_allowed_two__refused() -> None:
-    with pytest.raises(UnsafeWorkerSettings, match="at most 2 for a worker of batch queues"):
-        check_worker_settings(conf(prefetch_multiplier=3, prefetch_allowed=2))
-
-
-def test_check_worker_settings__prefetch_two__the_limit_must_fit_twice_in_the_window() -> None:
-    # A prefetched message waits up to one limit behind a running one, then runs its own:
-    # 1,500 s x 2 is past 0.8 x 3,600 s, though 1,500 s alone would pass.
-    check_worker_settings(conf(time_limit=1500))
-    with pytest.raises(UnsafeWorkerSettings, match=r"1500s x prefetch 2 .* keep it under 1440s"):
-        check_worker_settings(conf(time_limit=1500, prefetch_multiplier=2, prefetch_allowed=2))
-
-
-def test_check_worker_settings__prefetch_two_on_rabbitmq__twice_the_limit_counts() -> None:
-    amqp = {"broker_url": "amqp://guest@127.0.0.1//", "transport_options": {}}
-    check_worker_settings(conf(time_limit=900, **amqp))
-    with pytest.raises(
-        UnsafeWorkerSettings, match=r"900s x prefetch 2 .*\(1800s\); keep it under 720s"
-    ):
-        check_worker_settings(
-            conf(time_limit=900, prefetch_multiplier=2, prefetch_allowed=2, **amqp)
-        )
-
-
-@pytest.fixture
-def batch_prefetch_two(settings: Any) -> None:
-    settings.JOBS_BATCH_PREFETCH_MULTIPLIER = 2
-
-
-def test_worker_delivery__batch_queue_with_batch_prefetch_two__allows_two(
-    batch_prefetch_two: None,
-) -> None:
-    worker = worker_of(["jobs"], prefetch=2)
-
-    delivery = worker_delivery(worker)
-
-    assert delivery is not None
-    assert (delivery.prefetch_allowed, delivery.single_job_queues) == (2, ())
-    check_worker_settings(delivery)
-
-
-def test_worker_prefetch_lowered__celerys_default_on_a_batch_queue__becomes_two(
-    batch_prefetch_two: None,
-) -> None:
-    worker = worker_of(["jobs"], prefetch=4)
-    delivery = worker_delivery(worker)
-    assert delivery is not None
-
-    assert worker_prefetch_lowered(worker, delivery.prefetch_allowed)
-    assert worker.prefetch_multiplier == 2
-
-
-@pytest.fixture
-def long_kind_on_its_queue() -> Iterator[str]:
-    """A kind that never shares a batch message (batch=False), on a queue of its own."""
-    registry.handler("reports.long", queue="reports", batch=False)(lambda ctx, input: {})
-    yield "reports"
-    registry.unregister("reports.long")
-
-
-def test_worker_delivery__single_job_queue__stays_at_one_even_with_batch_prefetch_two(
-    batch_prefetch_two: None, long_kind_on_its_queue: str
-) -> None:
-    worker = worker_of(["jobs", long_kind_on_its_queue], prefetch=2)
-
-    delivery = worker_delivery(worker)
-
-    assert delivery is not None
-    assert delivery.prefetch_allowed == 1
-    assert delivery.single_job_queues == (("reports", "reports.long"),)
-    with pytest.raises(UnsafeWorkerSettings, match=r"must be 1 .*got 2.*'reports' \(kind"):
-        check_worker_settings(delivery)
-
-
-def test_worker_delivery__a_worker_of_the_batch_queue_alone__still_allowed_two(
-    batch_prefetch_two: None, long_kind_on_its_queue: str
-) -> None:
-    delivery = worker_delivery(worker_of(["jobs"], prefetch=2))
-
-    assert delivery is not None and delivery.prefetch_allowed == 2
-    check_worker_settings(delivery)
-
-
-def test_worker_delivery__batch_prefetch_left_at_one__allows_one_everywhere() -> None:
-    delivery = worker_delivery(worker_of(["jobs"], prefetch=2))
-
-    assert delivery is not None and delivery.prefetch_allowed == 1
-    with pytest.raises(
-        UnsafeWorkerSettings, match=r"must be 1 for a worker of a jobs queue \(got 2\)$"
-    ):
-        check_worker_settings(delivery)
-
-
-def test_batch_prefetch_multiplier_above_two__is_a_system_check_error(settings: Any) -> None:
-    from jobs.checks import jobs_checks
-
-    settings.JOBS_BATCH_PREFETCH_MULTIPLIER = 3
-
-    assert [e.id for e in jobs_checks()] == ["jobs.E003"]
