@@ -27,13 +27,12 @@ says which kinds may share one). For one message:
 Crash windows (docs/failure-modes.md): a kill in 1-4 leaves leased jobs with nothing
 charged; the message is redelivered (reject_on_worker_lost) and finds them busy, and the
 reaper gives them back uncharged once the leases expire, marked lease_expired: from then on
-each runs alone through jobs_claim, charged, so a job that kills its process spends its
+each runs alone through the one-job claim, charged, so a job that kills its process spends its
 own attempts and no sibling's. A kill after 4 redelivers a message whose jobs are finished.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -41,12 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 
 from outbox.services import outbox_publish_together
 
-from . import admission, dispatch, lifecycle, prepared, registry, runtime, tracing
-from .claims import json_value, lease_from_row
+from . import admission, dispatch, lifecycle, registry, runtime, tracing
+from .claims import claim_rows, json_value, lease_from_row
 from .completion import complete_many
 from .conf import jobs_settings
 from .context import JobContext
@@ -62,10 +61,6 @@ from .runtime import ExecutionReport, Verdict
 
 logger = logging.getLogger(__name__)
 
-_CLAIM_MANY_SQL = (
-    "SELECT * FROM jobs_claim_many(%s::uuid[], %s::text[], %s::int[], %s::float8[], %s::text)"
-)
-
 
 @dataclass
 class Claimed:
@@ -78,22 +73,6 @@ class Claimed:
     verdict: Verdict | None = None
 
 
-def _claim_rows(
-    items: list[tuple[UUID, registry.KindSpec]], *, worker: str
-) -> list[dict[str, Any]]:
-    return prepared.fetchall(
-        _CLAIM_MANY_SQL,
-        [
-            [job_id for job_id, _ in items],
-            [spec.kind for _, spec in items],
-            [spec.version for _, spec in items],
-            # float: a kind may name its lease as an int, and psycopg refuses mixed lists.
-            [float(spec.lease_seconds) for _, spec in items],
-            worker,
-        ],
-    )
-
-
 def claim_many(
     items: list[tuple[UUID, registry.KindSpec]], *, worker: str
 ) -> tuple[list[Claimed], list[UUID], list[UUID]]:
@@ -103,12 +82,12 @@ def claim_many(
     # A key's head claimed here while another job of the key got leased meanwhile breaks
     # jobs_job_one_leased_per_serialization_key: the statement claims nothing, and every
     # job goes to the one-job path, which answers that race job by job.
-    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    sent_at = time.monotonic()  # the leases run from then at the latest, by this clock
-    try:
-        with scope:
-            rows = _claim_rows(items, worker=worker)
-    except IntegrityError:
+    rows, sent_at = claim_rows(
+        [(job_id, spec.kind, spec.version, spec.lease_seconds) for job_id, spec in items],
+        worker=worker,
+        charge=False,
+    )
+    if rows is None:
         logger.info("batch claim refused by a serialization key; claiming one by one")
         return [], [], [job_id for job_id, _ in items]
     specs = dict(items)

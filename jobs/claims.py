@@ -1,10 +1,10 @@
-"""Claims: taking the lease of a job by id (database function `jobs_claim`), and reading a
-claim function's row (jobs_claim, and jobs_claim_many for the batch path: jobs.batch).
+"""Claims: taking the leases of jobs by id, of one job or a batch message's (`claim_rows`, the
+database function `jobs_claim_many`), and reading their rows.
 
-Claim protocol (`job_claim_id`): one call of `jobs_claim` (jobs/sql/jobs_claim.sql), one
-transaction:
+Claim protocol of one job (`job_claim_id`): one call of `jobs_claim_many` with the full rules
+(jobs/sql/jobs_claim_many.sql), one transaction:
   1. Lock the row if it is claimable now: due `queued`/`retry_wait`, or `leased` with an expired
-     lease; for a serialization key, only the oldest active job of that key; within the
+     lease; for a serialization key, only its head while no other job of it is leased; within the
      tenant's and kind's concurrency caps. SKIP LOCKED: a concurrent claimer wins, we miss.
   2. UPDATE it to `leased` with generation+1, attempt+1, our owner token and a lease on the
      database clock; insert the JobEvent; return the input; commit. A crash after the commit
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -34,7 +35,8 @@ from .models import Job
 
 
 class ClaimStatus(StrEnum):
-    """What `jobs_claim` answered (jobs/sql/jobs_claim.sql; jobs_claim_many answers a subset)."""
+    """What a one-job claim answered (jobs/sql/jobs_claim_many.sql; a batch's claim answers
+    claimed, missing, finished or 'other')."""
 
     CLAIMED = "claimed"
     MISSING = "missing"
@@ -62,8 +64,50 @@ class Claim:
 
 
 _CLAIM_SQL = (
-    "SELECT * FROM jobs_claim(%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::int, %s::int)"
+    "SELECT * FROM jobs_claim_many(%s::uuid[], %s::text[], %s::int[], %s::float8[], %s::text, "
+    "%s::boolean, %s::int, %s::int)"
 )
+
+# One job to claim: (id, the kind and version its message names, the lease's length).
+ClaimItem = tuple[UUID, str | None, int | None, float]
+
+
+def claim_rows(
+    items: Sequence[ClaimItem],
+    *,
+    worker: str,
+    charge: bool,
+    tenant_limit: int | None = None,
+    kind_limit: int | None = None,
+) -> tuple[list[dict[str, Any]] | None, float]:
+    """The claim of one job or many: one call of `jobs_claim_many` (jobs/sql/jobs_claim_many.sql).
+
+    `charge`: the full rules of a one-job claim (the attempt charged, an expired lease taken
+    over, the caps `tenant_limit` and `kind_limit`: one item then); else a batch's rules.
+    Answers (one row per item, by column name: the claimed ones first, each group in the
+    items' order; None when the partial unique index jobs_job_one_leased_per_serialization_key
+    refused the statement: another job of a key got leased meanwhile), and when the statement
+    was sent (time.monotonic(): the leases run from then at the latest, by this worker's clock).
+    """
+    params = [
+        [item[0] for item in items],
+        [item[1] for item in items],
+        [item[2] for item in items],
+        # float: a kind may name its lease as an int, and psycopg refuses mixed lists.
+        [float(item[3]) for item in items],
+        worker,
+        charge,
+        tenant_limit,
+        kind_limit,
+    ]
+    # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    sent_at = time.monotonic()
+    try:
+        with scope:
+            return prepared.fetchall(_CLAIM_SQL, params), sent_at
+    except IntegrityError:
+        return None, sent_at
 
 
 def _claim_once(
@@ -77,26 +121,18 @@ def _claim_once(
     spec = registry.kind_version(kind, kind_version) if kind and kind_version else None
     if lease_seconds is None:
         lease_seconds = spec.lease_seconds if spec else jobs_settings.DEFAULT_LEASE_SECONDS
-    params = [
-        job_id,
-        kind,
-        kind_version,
-        worker,
-        lease_seconds,
-        spec.tenant_limit if spec else None,
-        spec.kind_limit if spec else None,
-    ]
-    # Inside a caller's transaction a refused claim must not poison it: use a savepoint.
-    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    sent_at = time.monotonic()
-    try:
-        with scope:
-            row = prepared.fetchone_named(_CLAIM_SQL, params)
-    except IntegrityError:
-        # jobs_job_one_leased_per_serialization_key: another job of the key holds it.
+    rows, sent_at = claim_rows(
+        [(job_id, kind, kind_version, lease_seconds)],
+        worker=worker,
+        charge=True,
+        tenant_limit=spec.tenant_limit if spec else None,
+        kind_limit=spec.kind_limit if spec else None,
+    )
+    if rows is None:  # jobs_job_one_leased_per_serialization_key: another job of the key has it
         return Claim(ClaimStatus.WAITING, job_id, kind, kind_version)
-    if row is None:
-        raise RuntimeError("jobs_claim returned no row")
+    if not rows:
+        raise RuntimeError("jobs_claim_many returned no row")
+    row = rows[0]
     status = ClaimStatus(row["status"])
     if status is not ClaimStatus.CLAIMED:
         return Claim(status, job_id, row["kind"], row["kind_version"])
@@ -122,7 +158,7 @@ def json_value(value: Any) -> Any:
 def lease_from_row(
     job_id: UUID, row: dict[str, Any], *, worker: str, lease_seconds: float, charged: bool
 ) -> Lease:
-    """The Lease a claim function's row (jobs_claim, jobs_claim_many) describes, by name."""
+    """The Lease a claimed row of `claim_rows` describes, by name."""
     return Lease.from_row(
         job_id,
         row,

@@ -113,7 +113,6 @@ def test_plain_batch__one_claim_and_one_completion_statement__each_job_once_atte
         sqls = [query["sql"] for query in captured.captured_queries]
         assert sum("jobs_claim_many(" in sql for sql in sqls) == 1, sqls
         assert sum("jobs_complete_many(" in sql for sql in sqls) == 1, sqls
-        assert not [sql for sql in sqls if "jobs_claim(" in sql], sqls
     # The statements of a batch do not grow with its size: nothing is sent per job.
     assert len(many.captured_queries) == len(few.captured_queries), sqls
 
@@ -274,7 +273,7 @@ def test_jobs_needing_the_full_rules__take_the_one_job_path_charged_at_claim(
     user: Any, calls_file: str
 ) -> None:
     """Caps, a lease given back by the reaper (lease_expired) and a wrong kind hint: claimed
-    by jobs_claim one at a time (attempt charged there); the plain sibling is still
+    by the one-job claim one at a time (attempt charged there); the plain sibling is still
     batch-claimed. (A keyed job that is not its key's head: the next test.)"""
     plain = _submit(user, n=0)
     capped = _submit(user, "batch.capped", n=2)

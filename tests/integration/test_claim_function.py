@@ -1,4 +1,5 @@
-"""The database claim (`jobs_claim`, migration 0006) agrees with the Python side it serves."""
+"""The database claim (`jobs_claim_many`, jobs/sql/jobs_claim_many.sql) agrees with the Python
+side it serves."""
 
 from __future__ import annotations
 
@@ -78,10 +79,12 @@ def test_claim_refused_by_the_one_leased_per_key_index__caller_transaction_still
 
 
 def _settings_in_claim_transaction(job_id: Any) -> tuple[str, str]:
-    """synchronous_commit and plan_cache_mode right after jobs_claim, in its transaction."""
+    """synchronous_commit and plan_cache_mode right after a one-job claim, in its transaction."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT status FROM jobs_claim(%s, 'noop', 1, 'w:s:1', 30, NULL, NULL)", [job_id]
+            "SELECT status FROM jobs_claim_many(ARRAY[%s::uuid], ARRAY['noop'], ARRAY[1], "
+            "ARRAY[30.0::float8], 'w:s:1', true, NULL, NULL)",
+            [job_id],
         )
         row = cursor.fetchone()
         assert row is not None and row[0] == "claimed"
@@ -98,7 +101,7 @@ def test_claim_commits_asynchronously_and_plans_generically_inside_only(user: An
     synchronous_commit = off lasts until the claim's transaction commits."""
     job = jobs.submit(kind="noop", input={}, owner=user)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT p.proconfig FROM pg_proc p WHERE p.proname = 'jobs_claim'")
+        cursor.execute("SELECT p.proconfig FROM pg_proc p WHERE p.proname = 'jobs_claim_many'")
         row = cursor.fetchone()
     assert row is not None and row[0] == ["plan_cache_mode=force_generic_plan", "lock_timeout=5000"]
 

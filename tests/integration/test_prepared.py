@@ -33,7 +33,7 @@ def test_submit_and_claim__are_prepared_once_per_connection_then_reused(user: An
     assert claim.lease is not None
     statements = _prepared_statements()
     inserts = [s for s in statements if s.startswith('WITH r0 AS (INSERT INTO "jobs_job"')]
-    claims = [s for s in statements if "jobs_claim(" in s]
+    claims = [s for s in statements if "jobs_claim_many(" in s]
     assert len(inserts) == 1, statements  # two submits, one prepared statement
     assert "$1" in inserts[0] and "%s" not in inserts[0]
     assert len(claims) == 1, statements
