@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 import jobs
 from jobs.admission import admission_lock_keys
-from jobs.claims import ClaimStatus, job_claim_id
+from jobs.claims import ClaimStatus, job_claim_id, json_value
 from jobs.models import Job, JobEvent
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +109,25 @@ def test_claim_commits_asynchronously_and_plans_generically_inside_only(user: An
 
     assert synchronous_commit == "off"
     assert plan_cache_mode == "auto"
+
+
+def test_the_previous_releases_call__jobs_claim__claims_through_the_one_claim(user: Any) -> None:
+    """A worker of the previous release calls jobs_claim(7 scalars) during a rolling deploy:
+    it claims (charged) and answers why not, as before, through jobs_claim_many."""
+    job = jobs.submit(kind="noop", input={"n": 7}, owner=user)
+    sql = "SELECT * FROM jobs_claim(%s, 'noop', 1, %s, 30, NULL, NULL)"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [job.pk, "old:1:1"])
+        first = cursor.fetchone()
+        cursor.execute(sql, [job.pk, "old:2:1"])
+        second = cursor.fetchone()
+    assert first is not None and second is not None
+    assert first[:3] == ("claimed", 1, 1) and json_value(first[5]) == {"n": 7}
+    assert second[0] == "busy" and second[1] is None
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.state, stored.generation, stored.attempt, stored.lease_owner) == (
+        "leased",
+        1,
+        1,
+        "old:1:1",
+    )
