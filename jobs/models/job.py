@@ -109,6 +109,12 @@ class Job(models.Model):
     # The W3C trace context (traceparent, tracestate) of the job's root span when tracing is
     # on (jobs.tracing): every attempt's spans join that trace. NULL when it is off.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
+    # Django's task priority range and meaning (django.tasks): -100..100, higher runs first,
+    # 0 by default. The database default serves writers that do not name it (submit_many).
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    # What the handler last reported of its progress (ctx.progress, written under the fence):
+    # {"done", "total", "message", "updated_at"}; NULL until it reports. Never the input.
+    progress = models.JSONField(null=True, blank=True, editable=False)
 
     # Not a column: True on the job `job_submit` returns when a repeated key found it there.
     replayed: bool = False
@@ -135,6 +141,9 @@ class Job(models.Model):
             models.CheckConstraint(
                 name="jobs_job_succeeded_has_result",
                 condition=~Q(state=JobState.SUCCEEDED.value) | Q(result__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="jobs_job_priority_range", condition=Q(priority__gte=-100, priority__lte=100)
             ),
             models.CheckConstraint(
                 name="jobs_job_attempt_within_generation",
