@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,9 +15,12 @@ from . import effects
 from .artifacts import artifact_write_once
 from .exceptions import Forbidden, LeaseLost
 from .leases import Lease, lease_heartbeat, report_stale_write
+from .progress import Progress, ProgressThrottle, job_progress_write_if_leased, progress_value
 
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet
+
+logger = logging.getLogger(__name__)
 
 # The share of a lease a worker keeps as its margin: once less than this is left since the
 # last extension it saw answered (by its own monotonic clock), the lease is in doubt.
@@ -36,6 +40,7 @@ class JobContext:
         self._lost = threading.Event()
         self._cancel = threading.Event()
         self._local_effects: list[tuple[str, Callable[[str], Any]]] = []
+        self._progress: ProgressThrottle | None = None  # made by the first report
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -133,6 +138,51 @@ class JobContext:
             raise LeaseLost(f"job {self.job_id}: lease lost")
         if result.cancel_requested:
             self._cancel.set()
+
+    # -- running the handler and its progress -----------------------------------------------
+    def run(self, fn: Callable[[JobContext, Any], Any], job_input: Any) -> Any:
+        """`fn(self, job_input)`, then the last throttled progress written before the outcome
+        (jobs.runtime.call_handler, both paths). After an error it is written if it can be:
+        the error stays the attempt's outcome."""
+        try:
+            result = fn(self, job_input)
+        except Exception:
+            self._progress_flush_after_error()
+            raise
+        self.progress_flush()
+        return result
+
+    def progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        """Report `done` of `total` units (None: unknown) and a short message, shown in the
+        API, admin and /ops/. Throttled (jobs.progress): cheap to call in a tight loop.
+        TypeError/ValueError for bad arguments; LeaseLost once the lease is gone."""
+        value = progress_value(done, total, message)
+        self._ensure_owned()
+        if self._progress is None:
+            self._progress = ProgressThrottle(self._progress_write)
+        self._progress.report(value)
+
+    def progress_flush(self) -> None:
+        """Write the pending progress now, if any (no round trip when there is none)."""
+        if self._progress is not None and self._progress.pending is not None:
+            self._ensure_owned()
+            self._progress.flush()
+
+    def _progress_flush_after_error(self) -> None:
+        try:
+            self.progress_flush()
+        except LeaseLost:
+            pass  # counted and logged; the run is stale (jobs.runtime.judge)
+        except Exception:
+            logger.warning("progress not written after the handler's error", exc_info=True)
+
+    def _progress_write(self, value: Progress) -> None:
+        try:
+            job_progress_write_if_leased(self._lease, value)
+        except LeaseLost:
+            self._lost.set()
+            report_stale_write(self._lease, "progress")
+            raise
 
     # -- effects -----------------------------------------------------------------------------
     def effect(self, name: str, fn: Callable[[str], Any]) -> Any:

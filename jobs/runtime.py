@@ -203,7 +203,7 @@ def call_handler(
     LeaseLost propagate: nothing of this attempt may be written."""
     try:
         spec.validate(job_input)
-        return spec.fn(ctx, job_input), None
+        return ctx.run(spec.fn, job_input), None  # and its last progress written
     except LeaseLost:
         raise
     except BaseException as exc:

@@ -25,6 +25,7 @@ from jobs.models import (
     JobEvent,
     QuarantineRecord,
 )
+from jobs.progress import progress_text
 from jobs.states import ACTIVE, JobState
 from outbox.generics import ModelAdmin
 
@@ -129,6 +130,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         "tenant",
         "owner",
         "worker",
+        "progress_shown",
         "created_at",
         "finished",
     )
@@ -147,7 +149,10 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         return super().get_ordering(request)
 
     # Input and result are visible to staff here only; never in logs or metrics.
-    readonly_fields = ["finished" if f.name == "finished_at" else f.name for f in Job._meta.fields]
+    readonly_fields = [
+        {"finished_at": "finished", "progress": "progress_shown"}.get(f.name, f.name)
+        for f in Job._meta.fields
+    ]
     exclude = ("finished_at",)  # shown by `finished`, in its place
 
     @admin.display(description="finished at", ordering="finished_at")
@@ -157,6 +162,13 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         (Job.finished_for_client)."""
         # Formatted here: the change page shows a method's value as text.
         return str(display_for_value(obj.finished_for_client, self.get_empty_value_display()))
+
+    @admin.display(description="progress")
+    def progress_shown(self, obj: Job) -> str:
+        """What the handler last reported (ctx.progress), and when."""
+        text = progress_text(obj.progress)
+        updated_at = obj.progress.get("updated_at") if isinstance(obj.progress, dict) else None
+        return f"{text} (at {updated_at})" if updated_at and text != "-" else text
 
     @admin.display(description="worker")
     def worker(self, obj: Job) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from jobs.models import QuarantineRecord, WorkerHeartbeat
+from jobs.progress import progress_text
 from jobs.states import ACTIVE
 
 from . import selectors
@@ -30,6 +31,17 @@ class Bar:
     completed: int
 
 
+@dataclass(frozen=True)
+class Running:
+    """A leased job and what its handler last reported."""
+
+    job_id: str
+    kind: str
+    attempt: int
+    progress: str
+    updated_at: str
+
+
 @dataclass
 class OpsSnapshot:
     backlog: dict[str, int]
@@ -41,6 +53,7 @@ class OpsSnapshot:
     open_quarantine: list[QuarantineRecord]
     outbox: selectors.OutboxLag
     workers: list[WorkerHeartbeat]
+    running: list[Running]
     accepted_last_hour: int
     completed_last_hour: int
     bars: list[Bar] = field(default_factory=list)
@@ -90,6 +103,16 @@ def ops_snapshot() -> OpsSnapshot:
         open_quarantine=selectors.open_quarantine(limit=20),
         outbox=selectors.outbox_lag(),
         workers=list(workers_live()),
+        running=[
+            Running(
+                job_id=str(job.pk),
+                kind=job.kind,
+                attempt=job.attempt,
+                progress=progress_text(job.progress),
+                updated_at=str((job.progress or {}).get("updated_at", "")),
+            )
+            for job in selectors.running_with_progress(limit=20)
+        ],
         accepted_last_hour=sum(b.accepted for b in buckets),
         completed_last_hour=sum(b.completed for b in buckets),
         bars=bars,

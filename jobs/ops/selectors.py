@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import QuarantineRecord, QuarantineStatus
+from jobs.models import Job, QuarantineRecord, QuarantineStatus
 from jobs.states import ACTIVE, TERMINAL, JobState
 
 FINISHED_OUTCOMES: tuple[str, ...] = tuple(
@@ -139,6 +139,16 @@ def open_quarantine(limit: int = 20) -> list[QuarantineRecord]:
         .only(
             "id", "job_id", "kind", "reason", "category", "attempts", "responsible", "created_at"
         )[:limit]
+    )
+
+
+def running_with_progress(limit: int = 20) -> list[Job]:
+    """Leased jobs whose handler reported progress, the latest reports first: a few rows of
+    the leased jobs (at most the workers' concurrency), never input or result."""
+    return list(
+        Job.objects.filter(state=JobState.LEASED.value, progress__isnull=False)
+        .order_by("-progress__updated_at")
+        .only("id", "kind", "attempt", "started_at", "progress")[:limit]
     )
 
 
