@@ -44,13 +44,14 @@ _JOB_COLUMNS = (  # a field of rows.job_values, by its name as a column
     "input",
     "serialization_key",
     "max_attempts",
+    "priority",
     "next_attempt_at",
     "deadline",
 )
 _RELATED = ("owner", "tenant", "input_ref", "replay_of")  # and these, by their key's column
 _RELATED_COLUMNS = tuple((name, f"{name}_id") for name in _RELATED)
 _EVENT_COLUMNS = ("job_id", "details")
-_OUTBOX_COLUMNS = ("queue", "job_id", "kwargs", "available_at", "reserved_until")
+_OUTBOX_COLUMNS = ("queue", "job_id", "kwargs", "priority", "available_at", "reserved_until")
 
 
 def jobs_insert_plain(submits: Sequence[CheckedSubmit]) -> list[Job]:
@@ -132,12 +133,18 @@ def _messages(
     jobs: dict[str, list[Any]], job_values: dict[str, Any], now: datetime
 ) -> dict[str, list[Any]]:
     """The outbox rows' varying columns (`kwargs` as dicts), as `job_execute_message` fills
-    them: due at the job's first due time, reserved as `outbox_reserved_until` says."""
+    them: due at the job's first due time, at its priority, reserved as
+    `outbox_reserved_until` says."""
     queues: dict[tuple[str, int], str] = {}
     reserved: dict[datetime, datetime | None] = {}  # by due time: most rows are due `now`
     columns: dict[str, list[Any]] = {name: [] for name in _OUTBOX_COLUMNS}
-    for job_id, kind, version, due in zip(
-        jobs["id"], jobs["kind"], jobs["kind_version"], jobs["next_attempt_at"], strict=True
+    for job_id, kind, version, priority, due in zip(
+        jobs["id"],
+        jobs["kind"],
+        jobs["kind_version"],
+        jobs["priority"],
+        jobs["next_attempt_at"],
+        strict=True,
     ):
         queue = queues.get((kind, version))
         if queue is None:
@@ -147,6 +154,7 @@ def _messages(
         columns["kwargs"].append(
             dispatch.execute_kwargs(job_id, job_values["generation"], kind, version)
         )
+        columns["priority"].append(priority)
         columns["available_at"].append(due)
         if due not in reserved:
             reserved[due] = outbox_reserved_until(due=due, now=now)

@@ -52,7 +52,18 @@ def job_execute_message(
         ),
         available_at=available_at,
         fast_path=fast_path,
+        priority=message_priority(job),
     )
+
+
+def message_priority(job: Job | Lease) -> int:
+    """The outbox priority of a job's message: the job's own; for a lease (a retry) or a job
+    loaded without its priority (the checks' narrow reads), its kind's default, read
+    without a query."""
+    if isinstance(job, Job) and "priority" not in job.get_deferred_fields():
+        return job.priority
+    spec = registry.kind_version(job.kind, job.kind_version)
+    return spec.priority if spec else 0
 
 
 def execute_queue(kind: str, kind_version: int) -> str:

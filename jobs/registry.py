@@ -27,6 +27,21 @@ if TYPE_CHECKING:
 
 HandlerFn = Callable[["JobContext", dict[str, Any]], dict[str, Any]]
 
+# Django's task priority range (django.tasks): higher runs first; jobs_job_priority_range.
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+def priority_check(priority: object) -> int:
+    """`priority` when it is an int in PRIORITY_MIN..PRIORITY_MAX, else ValueError."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"priority must be an integer, not {type(priority).__name__}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(
+            f"priority {priority} is out of range {PRIORITY_MIN}..{PRIORITY_MAX} "
+            "(higher runs first)"
+        )
+    return priority
+
 
 class SubmitCheck(Protocol):
     """Refuses a submission whose input names rows outside its tenant: raise Forbidden."""
@@ -52,6 +67,9 @@ class KindSpec:
     # May the relay put several jobs of this kind in one message (jobs.batch)? False for
     # long or CPU-bound handlers: each job then gets its own message and prefork process.
     batch: bool = True
+    # The default priority of its jobs (Django's task range and meaning: -100..100, higher
+    # runs first); a submit's `priority=` overrides it.
+    priority: int = 0
     # Called by the worker once an attempt's outcome committed (jobs.runtime); its errors are
     # logged and never change the outcome. The `django.tasks` backend sends task_finished.
     on_outcome: Callable[[Lease, Outcome], None] | None = None
@@ -60,6 +78,7 @@ class KindSpec:
     validator: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        priority_check(self.priority)
         if self.input_schema is not None:
             cls = jsonschema.validators.validator_for(self.input_schema)
             cls.check_schema(self.input_schema)
@@ -149,6 +168,7 @@ def handler(
     kind_limit: int | None = None,
     authorize_submit: SubmitCheck | None = None,
     batch: bool = True,
+    priority: int = 0,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register `fn(ctx, input) -> dict` as the handler of `kind` at `version`."""
     if input_schema is not None:
@@ -174,6 +194,7 @@ def handler(
             kind_limit=kind_limit,
             authorize_submit=authorize_submit,
             batch=batch,
+            priority=priority,
         )
         _registry.setdefault(kind, {})[version] = spec
         return fn

@@ -34,6 +34,7 @@ class SubmitRequest(NamedTuple):
     input_ref: StoredObject | None
     replay_of: Job | None
     run_after: datetime | None
+    priority: int | None = None  # None: the kind's default (`@handler(priority=...)`)
 
 
 class CheckedSubmit(NamedTuple):
@@ -67,10 +68,16 @@ def first_due(run_after: datetime | None, now: datetime) -> datetime:
     return now if run_after is None else max(now, run_after)
 
 
+def job_priority(checked: CheckedSubmit) -> int:
+    """The job's priority: the request's, else its kind's default (checked by `job_check`)."""
+    priority = checked.request.priority
+    return checked.spec.priority if priority is None else priority
+
+
 def job_values(checked: CheckedSubmit, now: datetime) -> dict[str, Any]:
     """The fields of the job accepted at `now`, by field name (related rows as objects): a new
-    id, its kind's version and attempt budget, due at `first_due`, its elapsed budget from
-    then. With `NEW_JOB`, a Job(**...) of them is the row `job_submit` writes."""
+    id, its kind's version, attempt budget and priority, due at `first_due`, its elapsed budget
+    from then. With `NEW_JOB`, a Job(**...) of them is the row `job_submit` writes."""
     request, spec = checked.request, checked.spec
     due = first_due(request.run_after, now)
     policy = spec.policy
@@ -89,6 +96,7 @@ def job_values(checked: CheckedSubmit, now: datetime) -> dict[str, Any]:
         "serialization_key": request.serialization_key,
         "replay_of": request.replay_of,
         "max_attempts": policy.max_attempts,
+        "priority": job_priority(checked),
         "next_attempt_at": due,
         "deadline": due + timedelta(seconds=policy.max_elapsed),
     }

@@ -167,6 +167,8 @@ def job_check(request: SubmitRequest) -> CheckedSubmit:
     """Check a submission (size, schema, tenant of referenced rows): with its kind and
     fingerprint."""
     spec = registry.kind_latest(request.kind)
+    if request.priority is not None:
+        registry.priority_check(request.priority)
     try:
         encoded: bytes | None = _canonical(request.input).encode()
     except RecursionError:  # json's own bound, far beyond JOBS_MAX_INPUT_DEPTH
@@ -232,13 +234,16 @@ def job_submit(
     input_ref: StoredObject | None = None,
     replay_of: Job | None = None,
     run_after: datetime | None = None,
+    priority: int | None = None,
 ) -> Job:
     """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
 
     A replay (same idempotency key per owner, or the same kind/business_key/input_version)
     returns the existing job with `replayed=True`; the same key with a different request
     raises IdempotencyConflict. `run_after` defers the first attempt (its message is due then;
-    the elapsed budget starts then).
+    the elapsed budget starts then). `priority` (-100..100, higher runs first; None: the
+    kind's `@handler(priority=...)`) orders due work (docs/architecture.md, "Priorities");
+    it is not part of the request's identity: a replay returns the job at its own priority.
     """
     request = SubmitRequest(
         kind,
@@ -252,6 +257,7 @@ def job_submit(
         input_ref,
         replay_of,
         run_after,
+        priority,
     )
     new = _job_new(job_check(request))
     replayed = _replayed(new)

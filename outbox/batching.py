@@ -12,6 +12,10 @@ Packing happens only with company: the rows one publish call has in hand (a rela
 reservation, a `submit_many`'s commit). A row alone goes out alone, as its own task, so an
 idle system pays no latency for batching. Rows are spread evenly: 45 rows with
 OUTBOX_BATCH_MAX=20 make three messages of 15, so several workers share a small backlog.
+
+Priorities: rows of different bands (`band`: below, at or above the default 0) never share a
+message, so a high row does not wait behind low ones packed with it; the messages of one
+call go out highest priority first.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Message:
     queue: str
     kwargs: dict[str, Any]
     ids: list[int] = field(default_factory=list)
+    priority: int = 0  # the highest of its rows'
 
 
 _rules: dict[str, BatchRule] = {}
@@ -74,6 +79,11 @@ def _chunks(rows: list[OutboxEntry], most: int) -> Iterable[list[OutboxEntry]]:
         start = end
 
 
+def band(priority: int) -> int:
+    """The packing band of a priority: -1 below the default 0, 0 at it, 1 above."""
+    return (priority > 0) - (priority < 0)
+
+
 def _accepts(rule: BatchRule, row: OutboxEntry) -> bool:
     """A rule that fails on a row (odd kwargs) sends that row alone, never fails the sweep."""
     try:
@@ -84,22 +94,26 @@ def _accepts(rule: BatchRule, row: OutboxEntry) -> bool:
 
 
 def messages_of(rows: list[OutboxEntry]) -> list[Message]:
-    """The broker messages that carry `rows`: packed where a rule allows, else one each."""
+    """The broker messages that carry `rows`: packed where a rule allows (rows of one task,
+    queue and `band`), else one each; highest priority first, else in the rows' order."""
     most = outbox_settings.BATCH_MAX
     messages: list[Message] = []
-    packable: dict[tuple[str, str], list[OutboxEntry]] = {}
+    packable: dict[tuple[str, str, int], list[OutboxEntry]] = {}
     for row in rows:
         rule = _rules.get(row.task_name)
         if most > 1 and rule is not None and _accepts(rule, row):
-            packable.setdefault((row.task_name, row.queue), []).append(row)
+            packable.setdefault((row.task_name, row.queue, band(row.priority)), []).append(row)
         else:
-            messages.append(Message(row.task_name, row.queue, row.kwargs, [row.id]))
-    for (task_name, queue), group in packable.items():
+            messages.append(Message(row.task_name, row.queue, row.kwargs, [row.id], row.priority))
+    for (task_name, queue, _), group in packable.items():
         batch_task = _rules[task_name].batch_task
         for chunk in _chunks(group, most):
+            top = max(row.priority for row in chunk)
             if len(chunk) == 1:
-                messages.append(Message(task_name, queue, chunk[0].kwargs, [chunk[0].id]))
+                messages.append(Message(task_name, queue, chunk[0].kwargs, [chunk[0].id], top))
             else:
                 items = [row.kwargs for row in chunk]
-                messages.append(Message(batch_task, queue, {"items": items}, [r.id for r in chunk]))
+                ids = [r.id for r in chunk]
+                messages.append(Message(batch_task, queue, {"items": items}, ids, top))
+    messages.sort(key=lambda message: -message.priority)  # stable: ties keep their order
     return messages

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 
 class OutboxEntry(models.Model):
@@ -14,6 +14,10 @@ class OutboxEntry(models.Model):
     queue = models.CharField(max_length=100)
     job_id = models.UUIDField(null=True, blank=True, db_index=True)
     kwargs = models.JSONField(default=dict, blank=True)
+    # Higher is published first when the relay has a backlog of due rows (outbox.relay);
+    # the writer's number, e.g. a job's priority (-100..100). Also in the database: a row
+    # some writer inserts without it is a 0.
+    priority = models.SmallIntegerField(default=0, db_default=0)
     available_at = models.DateTimeField()
     reserved_until = models.DateTimeField(null=True, blank=True)
     # The relay reservation that holds the row (none for the fast path's own reservation): a
@@ -33,6 +37,14 @@ class OutboxEntry(models.Model):
                 include=["id"],
                 condition=Q(published_at__isnull=True),
                 name="outbox_entry_due_idx",
+            ),
+            # Under a backlog: the due rows of the highest priority first, oldest first.
+            models.Index(
+                F("priority").desc(),
+                "available_at",
+                "id",
+                condition=Q(published_at__isnull=True),
+                name="outbox_entry_priority_due_idx",
             ),
             models.Index(
                 fields=["published_at"],

@@ -1,12 +1,13 @@
 """The relay: turn committed outbox rows into broker messages, at least once.
 
 Protocol of `outbox_relay_batch` (what a crash at each step leaves behind):
-  1. Reserve: in one transaction, lock due unpublished rows with SKIP LOCKED, stamp
-     `reserved_until` and a token of this reservation (`reserved_by`) and count the attempt;
-     commit. A crash after this leaves rows reserved; when the reservation lapses another
-     relay takes them. Nothing is lost. A reservation whose answer this process did not get
-     (a connection lost at the commit, a failover) may have committed: its next reservation
-     takes the rows of that token back at once instead of waiting for them to lapse.
+  1. Reserve: in one transaction, lock due unpublished rows with SKIP LOCKED (a share of
+     the oldest, the rest by priority: `_reserve`), stamp `reserved_until` and a token of
+     this reservation (`reserved_by`) and count the attempt; commit. A crash after this
+     leaves rows reserved; when the reservation lapses another relay takes them. Nothing is
+     lost. A reservation whose answer this process did not get (a connection lost at the
+     commit, a failover) may have committed: its next reservation takes the rows of that
+     token back at once instead of waiting for them to lapse.
   2. Publish every reserved row over one broker connection, holding no row lock; rows of a
      task with a batch rule share messages (outbox.batching). A crash
      here leaves some messages published and their rows still unpublished.
@@ -20,6 +21,7 @@ Two relays (or two beats) at once are safe: SKIP LOCKED plus reservations split 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -78,18 +80,39 @@ def outbox_reserve_due(*, limit: int) -> list[OutboxEntry]:
     return rows
 
 
+# Under a backlog, one row in OLDEST_SHARE of each reservation is among the oldest due rows,
+# whatever their priority: the rest go by priority (docs/architecture.md, "Priorities").
+OLDEST_SHARE = 4
+_RESERVED_FIELDS = ("id", "task_name", "queue", "kwargs", "priority", "publish_attempts")
+
+
+def reservation_split(limit: int) -> tuple[int, int]:
+    """(oldest, by priority): how many rows of a reservation of `limit` go by age, how many
+    by priority; the oldest share is at least one row."""
+    oldest = max(1, math.ceil(limit / OLDEST_SHARE))
+    return oldest, limit - oldest
+
+
 def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[OutboxEntry]:
+    """The rows of a reservation: first the oldest due rows (`reservation_split`); when they
+    fill their share, there may be more due rows than the limit (a backlog), and the rest
+    of the limit goes to the due rows of the highest priority, oldest first."""
     now = timezone.now()
     free = Q(reserved_until__isnull=True) | Q(reserved_until__lt=now)
     if rescue:
         free |= Q(reserved_by__in=rescue)
+    oldest_limit, by_priority_limit = reservation_split(limit)
     with transaction.atomic():
-        rows = list(
-            OutboxEntry.objects.select_for_update(skip_locked=True)
-            .filter(free, published_at__isnull=True, available_at__lte=now)
-            .order_by("available_at")
-            .only("id", "task_name", "queue", "kwargs", "publish_attempts")[:limit]
+        due = OutboxEntry.objects.select_for_update(skip_locked=True).filter(
+            free, published_at__isnull=True, available_at__lte=now
         )
+        rows = list(due.order_by("available_at", "id").only(*_RESERVED_FIELDS)[:oldest_limit])
+        if len(rows) == oldest_limit and by_priority_limit:
+            rows += (
+                due.exclude(id__in=[row.id for row in rows])
+                .order_by("-priority", "available_at", "id")
+                .only(*_RESERVED_FIELDS)[:by_priority_limit]
+            )
         if rows:
             OutboxEntry.objects.filter(id__in=[row.id for row in rows]).update(
                 reserved_until=now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS),

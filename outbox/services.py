@@ -25,9 +25,11 @@ def outbox_entry_new(
     kwargs: dict[str, Any] | None = None,
     available_at: datetime | None = None,
     fast_path: bool | None = None,
+    priority: int = 0,
 ) -> OutboxEntry:
     """An unsaved outbox row, due at `available_at` (else now), reserved for this process's
-    fast path as `outbox_reserved_until` says."""
+    fast path as `outbox_reserved_until` says; under a backlog the relay publishes higher
+    `priority` first (outbox.relay)."""
     now = timezone.now()
     due = available_at or now
     return OutboxEntry(
@@ -35,6 +37,7 @@ def outbox_entry_new(
         queue=queue,
         job_id=job_id,
         kwargs=kwargs or {},
+        priority=priority,
         available_at=due,
         reserved_until=outbox_reserved_until(due=due, now=now, fast_path=fast_path),
     )

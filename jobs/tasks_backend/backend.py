@@ -49,7 +49,7 @@ class DurableJobsBackend(BaseTaskBackend):
     supports_defer = True  # run_after: the job's first due time
     supports_async_task = True  # `async def` tasks run through async_to_sync in the worker
     supports_get_result = True  # from the job row, in any process
-    supports_priority = False  # jobs have no priority: order is due time, then arrival
+    supports_priority = True  # Job.priority: Django's range and meaning, higher runs first
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -90,6 +90,7 @@ class DurableJobsBackend(BaseTaskBackend):
             business_key=_key(task, "business_key", merged.business_key, data),
             serialization_key=_key(task, "serialization_key", merged.serialization_key, data),
             run_after=task.run_after,
+            priority=task.priority,
         )
         if getattr(job, "replayed", False):  # its business_key's job, enqueued before
             return task_result_of(job, job_events(job), task)

@@ -404,9 +404,9 @@ def test_validate_task__refuses_what_we_cannot_run_with_djangos_invalid_task(
 ) -> None:
     backend = task_backends["default"]
     assert (backend.supports_defer, backend.supports_async_task) == (True, True)
-    assert (backend.supports_get_result, backend.supports_priority) == (True, False)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
     with pytest.raises(InvalidTask, match="priority"):
-        tasks.add.using(priority=10)  # jobs have no priority column
+        tasks.add.using(priority=101)  # Django's range: -100..100
     with pytest.raises(InvalidTask, match="not valid for backend"):
         tasks.add.using(queue_name="reports")  # not in QUEUES
     with pytest.raises(InvalidTask, match="max_attempts must be a whole number >= 1"):
@@ -553,3 +553,12 @@ def test_readme_example__runs_as_written_on_a_real_worker(
     assert value["notice_id"] == entry.outcome["notice_id"]
     assert harness.provider_stats()["requests_by_key"] == {entry.idempotency_key: 1}
     assert Job.objects.get(pk=result.id).kind == "task:myapp.tasks.send_receipt@emails"
+
+
+@pytest.mark.django_db
+def test_enqueue__the_tasks_priority_is_the_jobs(tasks: ModuleType) -> None:
+    urgent = tasks.add.using(priority=10).enqueue(1, 2)
+    plain = tasks.add.enqueue(3, 4)
+
+    stored = dict(Job.objects.values_list("pk", "priority"))
+    assert (stored[uuid.UUID(urgent.id)], stored[uuid.UUID(plain.id)]) == (10, 0)

@@ -120,7 +120,7 @@ BAD_REQUESTS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "unknown kind": ({"kind": "no.such.kind", "input": {"n": 1}}, UnknownKind),
     "schema violation": ({"kind": "batch.strict", "input": {"n": "one"}}, ValidationFailed),
     "too large": ({"kind": "batch.echo", "input": {"pad": "x" * 70_000}}, InputTooLarge),
-    "unknown field": ({"kind": "batch.echo", "input": {}, "priority": 9}, TypeError),
+    "unknown field": ({"kind": "batch.echo", "input": {}, "urgency": 9}, TypeError),
 }
 
 

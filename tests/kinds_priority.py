@@ -1,0 +1,42 @@
+"""Test-only kinds for priorities (tests/integration/test_priority.py, tests/chaos).
+
+Workers load this module through env JOBS_HANDLER_MODULES=tests.kinds_priority. Each call
+appends `<kind> <job id> <monotonic-free wall time>` to the file named by env
+JOBS_TEST_CALLS_FILE, so a test sees the order in which jobs started across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from jobs.context import JobContext
+from jobs.registry import handler
+
+CALLS_FILE_ENV = "JOBS_TEST_CALLS_FILE"
+
+
+def _record(kind: str, ctx: JobContext) -> None:
+    path = os.environ.get(CALLS_FILE_ENV)
+    if path:
+        with open(path, "a") as out:
+            out.write(f"{kind} {ctx.job_id} {time.time():.6f}\n")
+
+
+@handler("prio.low", priority=-100, max_attempts=5)
+def low(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    _record("prio.low", ctx)
+    return {}
+
+
+@handler("prio.plain", max_attempts=5)
+def plain(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    _record("prio.plain", ctx)
+    return {}
+
+
+@handler("prio.high", priority=100, max_attempts=5)
+def high(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    _record("prio.high", ctx)
+    return {}
