@@ -59,6 +59,7 @@ class OutboxEntryAdmin(ModelAdmin[OutboxEntry]):
         "task_name",
         "queue",
         "job_id",
+        "priority",
         "available_at",
         "published_at",
         "lag",
