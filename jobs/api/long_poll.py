@@ -9,10 +9,12 @@ no database connection while it sleeps.
 3. Each read in between authenticates the token or session again, checks the view's
    permissions and reads the job's state through the caller's current visibility: a revoked
    token, a deactivated user or a member removed from the tenant ends the wait at once. It
-   reads one column and serializes nothing (about a third of the CPU of a full read).
-4. When a read sees another status, no job, or refused credentials, or at the deadline, the
-   answer is JobDetailView run again (no throttle charge): its status, 401 or 404, as a
-   plain GET would answer at that moment. A client that hangs up cancels the coroutine.
+   reads the state and the progress's `updated_at` and serializes nothing (about a third of
+   the CPU of a full read).
+4. When a read sees another status, newer progress (ctx.progress), no job, or refused
+   credentials, or at the deadline, the answer is JobDetailView run again (no throttle
+   charge): its status, 401 or 404, as a plain GET would answer at that moment. A client
+   that hangs up cancels the coroutine.
 
 Under a WSGI server Django runs this view through async_to_sync: the same answers, one
 worker held for the wait, as before.
@@ -74,13 +76,16 @@ def _reread(view: SyncView, request: HttpRequest, *args: Any, **kwargs: Any) -> 
     return _read(view, request, *args, **kwargs)
 
 
-def _status(response: HttpResponseBase) -> Any:
-    return getattr(response, "data", {}).get("status")
+def _seen(response: HttpResponseBase) -> tuple[Any, Any]:
+    """What a wait watches in an answer: the status and when the progress was reported."""
+    data = getattr(response, "data", {})
+    progress = data.get("progress")
+    return data.get("status"), progress.get("updated_at") if isinstance(progress, dict) else None
 
 
-def _unchanged(request: HttpRequest, job_id: str, status: str) -> bool:
+def _unchanged(request: HttpRequest, job_id: str, seen: tuple[Any, Any]) -> bool:
     """One read between answers (step 3): True while the caller may still see the job and
-    its client status is still `status`."""
+    its client status and progress are still those `seen`."""
     _forget_credentials(request)
     view = JobDetailView(rereading=True)
     try:
@@ -90,12 +95,19 @@ def _unchanged(request: HttpRequest, job_id: str, status: str) -> bool:
         view.check_permissions(drf_request)
         pk = uuid_or_none(job_id)
         visible = jobs_visible_to(drf_request.user)
-        state = visible.filter(pk=pk).values_list("state", flat=True).first() if pk else None
+        row = (
+            visible.filter(pk=pk).values_list("state", "progress__updated_at").first()
+            if pk
+            else None
+        )
     except APIException:
         return False
     finally:
         release_connections()
-    return state is not None and CLIENT_STATUS[JobState(state)].value == status
+    if row is None:
+        return False
+    state, progress_at = row
+    return (CLIENT_STATUS[JobState(state)].value, progress_at) == seen
 
 
 def job_detail_view() -> Callable[..., Any]:
@@ -109,12 +121,12 @@ def job_detail_view() -> Callable[..., Any]:
         wait = float(getattr(response, "long_poll_seconds", 0.0))
         if wait <= 0:
             return response
-        status = _status(response)
+        seen = _seen(response)
         deadline = time.monotonic() + wait
         interval = float(jobs_settings.API_POLL_INTERVAL)
         while (remaining := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(interval, remaining))
-            if not await sync_to_async(_unchanged)(request, kwargs["job_id"], status):
+            if not await sync_to_async(_unchanged)(request, kwargs["job_id"], seen):
                 break
         return await sync_to_async(_reread)(again, request, *args, **kwargs)
 

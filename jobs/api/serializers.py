@@ -12,6 +12,7 @@ from rest_framework.exceptions import ErrorDetail
 from rest_framework.utils import html
 
 from jobs.models import Job, StoredObject
+from jobs.progress import PROGRESS_MESSAGE_MAX_LENGTH
 from jobs.states import CLIENT_STATUS, FINISHED, ClientStatus, JobState
 
 from .fields import (
@@ -167,6 +168,15 @@ class JobErrorSerializer(serializers.Serializer[dict[str, Any]]):
     message = serializers.CharField()
 
 
+class JobProgressSerializer(serializers.Serializer[dict[str, Any]]):
+    """What the handler last reported (ctx.progress); `total` null when unknown."""
+
+    done = serializers.IntegerField(min_value=0)
+    total = serializers.IntegerField(min_value=0, allow_null=True)
+    message = serializers.CharField(allow_blank=True, max_length=PROGRESS_MESSAGE_MAX_LENGTH)
+    updated_at = serializers.DateTimeField()
+
+
 class JobStatusSerializer(serializers.ModelSerializer[Job]):
     status = serializers.SerializerMethodField()
     attempts = serializers.IntegerField(source="attempt")
@@ -176,6 +186,7 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
     result_url = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     cancel_requested = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -191,6 +202,7 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
             "started_at",
             "finished_at",
             "cancel_requested",
+            "progress",
             "result_url",
             "error",
         ]
@@ -205,6 +217,14 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
 
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None
+
+    @extend_schema_field(JobProgressSerializer(allow_null=True))
+    def get_progress(self, job: Job) -> dict[str, Any] | None:
+        """Only the four reported fields, whatever else the column may hold."""
+        value = job.progress
+        if not isinstance(value, dict):
+            return None
+        return {name: value.get(name) for name in ("done", "total", "message", "updated_at")}
 
     @extend_schema_field(JobErrorSerializer(allow_null=True))
     def get_error(self, job: Job) -> dict[str, str] | None:
