@@ -197,6 +197,7 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
             "attempts",
             "input_version",
             "business_key",
+            "priority",
             "tenant",
             "created_at",
             "started_at",
