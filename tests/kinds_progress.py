@@ -6,6 +6,7 @@ workers load it through env JOBS_HANDLER_MODULES=tests.kinds_progress.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from jobs.context import JobContext
 from jobs.models import Job
 from jobs.registry import handler
 
+CALLS_FILE_ENV = "JOBS_TEST_CALLS_FILE"
 # The owner token of the worker that takes a lease over in `progress.stolen`.
 THIEF = "progress-test-thief"
 # What the thief reports as its own progress: a stale worker must not overwrite it.
@@ -59,3 +61,19 @@ def progress_stolen(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     )
     ctx.progress(9, 10, "stale owner")
     return {"unreachable": True}
+
+
+@handler("progress.crashy", lease_seconds=2, **_POLICY)
+def progress_crashy(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """`n` reports, `step` seconds apart in the first generation (a test kills it meanwhile),
+    at once in a later one; each report's done and wall time appended to the calls file."""
+    n = int(input["n"])
+    step = float(input["step"]) if ctx.generation == 1 else 0.0
+    path = os.environ.get(CALLS_FILE_ENV)
+    for i in range(1, n + 1):
+        time.sleep(step)
+        ctx.progress(i, n, f"generation {ctx.generation}")
+        if path:
+            with open(path, "a") as calls:
+                calls.write(f"{ctx.generation} {i} {time.time()}\n")
+    return {"reported": n}
