@@ -113,6 +113,15 @@ class JobSubmitSerializer(ClosedSerializer):
         "a repeat returns the existing job.",
     )
     input_version = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, default=1)
+    priority = StrictIntegerField(
+        min_value=-100,
+        max_value=100,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="-100..100, higher runs first under a backlog (Django's task priority); "
+        "omitted or null: the kind's default.",
+    )
     serialization_key = StrictCharField(
         max_length=200,
         required=False,

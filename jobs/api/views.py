@@ -205,6 +205,7 @@ class JobListCreateView(ApiView):
             idempotency_key=key,
             serialization_key=data["serialization_key"],
             input_ref=input_ref,
+            priority=data["priority"],
         )
         replayed = job.replayed
         if replayed and not jobs_visible_to(request.user).filter(pk=job.pk).exists():

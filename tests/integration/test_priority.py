@@ -17,7 +17,7 @@ from jobs.models import Job
 from outbox import batching
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_reserve_due, reservation_split
-from tests.integration.api_helpers import token_client
+from tests.integration.api_helpers import submit, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -67,6 +67,28 @@ def test_api_job_detail__shows_the_jobs_priority(user: Any) -> None:
     body = token_client(user).get(f"/api/jobs/{job.pk}/").json()
 
     assert body["priority"] == 100
+
+
+def test_api_submit__priority_stored__omitted_or_null_the_kinds_default(user: Any) -> None:
+    client = token_client(user)
+    given = submit(client, {"kind": "prio.high", "priority": -7})
+    omitted = submit(client, {"kind": "prio.high"})
+    null = submit(client, {"kind": "prio.high", "priority": None})
+
+    assert [r.status_code for r in (given, omitted, null)] == [202, 202, 202]
+    stored = [Job.objects.get(pk=r.json()["id"]).priority for r in (given, omitted, null)]
+    assert stored == [-7, 100, 100]
+
+
+@pytest.mark.parametrize("priority", [101, -101, "5", 2.5, True])
+def test_api_submit__priority_out_of_range_or_not_an_int__400_nothing_written(
+    user: Any, priority: Any
+) -> None:
+    response = submit(token_client(user), {"kind": "prio.high", "priority": priority})
+
+    assert response.status_code == 400
+    assert "priority" in response.json()["error"]["details"]
+    assert Job.objects.count() == 0
 
 
 # -- the outbox: each job's row carries its priority; the relay reserves by it, with aging ---
