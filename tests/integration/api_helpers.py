@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+from django.db import connection
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -40,3 +44,28 @@ def error_code(response: Any) -> str:
     assert set(body) == {"error"}, body
     assert {"code", "message", "details"} <= set(body["error"]), body
     return str(body["error"]["code"])
+
+
+def long_poll_while(
+    client: Client, job_id: str, change: Callable[[], object], *, after: float
+) -> tuple[Any, float]:
+    """GET the job with `?wait=25` while another thread runs `change` `after` seconds into the
+    wait (its own connection, closed after); (the response, seconds the GET took)."""
+    started = threading.Event()
+
+    def change_soon() -> None:
+        started.wait(10)
+        try:
+            time.sleep(after)  # let the long-poll begin: the point is that it wakes up early
+            change()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=change_soon)
+    thread.start()
+    began = time.monotonic()
+    started.set()
+    response = client.get(f"/api/jobs/{job_id}/", {"wait": 25})
+    elapsed = time.monotonic() - began
+    thread.join(10)
+    return response, elapsed

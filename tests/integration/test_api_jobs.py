@@ -17,7 +17,7 @@ from rest_framework.authtoken.models import Token
 import jobs
 from jobs.models import Job, StoredObject, Tenant
 from outbox.models import OutboxEntry
-from tests.integration.api_helpers import error_code, member, submit, token_client
+from tests.integration.api_helpers import error_code, long_poll_while, member, submit, token_client
 
 pytestmark = pytest.mark.django_db
 # Tests that need other connections to see committed rows (threads, the runtime's heartbeat).
@@ -385,23 +385,9 @@ def test_wait_returns_as_soon_as_status_changes__cancel_from_another_connection(
     settings.JOBS_API_POLL_INTERVAL = 0.05
     client = token_client(alice)
     job_id = submit(client, {"kind": "noop", "input": {}}).json()["id"]
-    started = threading.Event()
-
-    def cancel_soon() -> None:
-        started.wait(10)
-        try:
-            time.sleep(0.3)  # let the long-poll begin: the point is that it wakes up early
-            jobs.services.job_cancel(job_id=job_id, actor="test")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=cancel_soon)
-    thread.start()
-    began = time.monotonic()
-    started.set()
-    response = client.get(f"/api/jobs/{job_id}/", {"wait": 25})
-    elapsed = time.monotonic() - began
-    thread.join(10)
+    response, elapsed = long_poll_while(
+        client, job_id, lambda: jobs.services.job_cancel(job_id=job_id, actor="test"), after=0.3
+    )
     assert response.json()["status"] == "cancelled"
     assert elapsed < 20
 

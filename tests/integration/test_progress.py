@@ -4,7 +4,6 @@ long-poll), the admin and /ops/, on the one-job and the batch path."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -27,7 +26,7 @@ from jobs.progress import PROGRESS_INTERVAL_SECONDS
 from jobs.runtime import Outcome
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
-from tests.integration.api_helpers import submit, token_client
+from tests.integration.api_helpers import long_poll_while, submit, token_client
 from tests.kinds_progress import THIEFS_PROGRESS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -221,23 +220,9 @@ def test_wait_returns_as_soon_as_progress_changes(alice: Any, settings: Any) -> 
     job_id = _submit_api(client, "progress.loop", n=1)
     ctx = JobContext(_claimed(Job.objects.get(pk=job_id)))
     ctx.progress(1, 3, "one")
-    started = threading.Event()
-
-    def report_soon() -> None:
-        started.wait(10)
-        try:
-            time.sleep(0.5)  # let the long-poll begin: the point is that it wakes up early
-            ctx.progress(2, 3, "two")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=report_soon)
-    thread.start()
-    began = time.monotonic()
-    started.set()
-    response = client.get(f"/api/jobs/{job_id}/", {"wait": 25})
-    elapsed = time.monotonic() - began
-    thread.join(10)
+    response, elapsed = long_poll_while(
+        client, job_id, lambda: ctx.progress(2, 3, "two"), after=0.5
+    )
     body = response.json()
     assert body["status"] == "running"
     assert (body["progress"]["done"], body["progress"]["message"]) == (2, "two")
