@@ -75,6 +75,7 @@ _HEAD_FIELDS = (
     "kind_version",
     "generation",
     "next_attempt_at",
+    "priority",
 )
 
 

@@ -57,10 +57,11 @@ def job_execute_message(
 
 
 def message_priority(job: Job | Lease) -> int:
-    """The outbox priority of a job's message: the job's own; for a lease (a retry) or a job
-    loaded without its priority (the checks' narrow reads), its kind's default, read
-    without a query."""
-    if isinstance(job, Job) and "priority" not in job.get_deferred_fields():
+    """The outbox priority of a job's message: the job's own (a lease carries it from the
+    claim); for a job loaded without it, its kind's default, read without a query."""
+    if isinstance(job, Lease):
+        return job.priority
+    if "priority" not in job.get_deferred_fields():
         return job.priority
     spec = registry.kind_version(job.kind, job.kind_version)
     return spec.priority if spec else 0

@@ -51,6 +51,7 @@ _ROW_FIELDS = (
     "tenant_id",
     "serialization_key",
     "deadline",
+    "priority",
 )
 
 
@@ -75,6 +76,8 @@ class Lease:
     # False for a batch claim (jobs_claim_many): the row's attempt counter still holds the
     # previous attempt; the outcome charges `attempt` once the handler started.
     charged: bool = True
+    # The job's priority (jobs_job.priority): its retry's or release's message carries it.
+    priority: int = 0
 
     @classmethod
     def from_row(

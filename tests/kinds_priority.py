@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from jobs.context import JobContext
+from jobs.exceptions import TransientError
 from jobs.registry import handler
 
 CALLS_FILE_ENV = "JOBS_TEST_CALLS_FILE"
@@ -39,4 +40,13 @@ def plain(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
 @handler("prio.high", priority=100, max_attempts=5)
 def high(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     _record("prio.high", ctx)
+    return {}
+
+
+@handler("prio.flaky", max_attempts=3)
+def flaky(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Fails its first attempt (a retry), succeeds on the next."""
+    _record("prio.flaky", ctx)
+    if ctx.attempt == 1:
+        raise TransientError("the first attempt fails")
     return {}

@@ -18,6 +18,10 @@ FORWARD = "\n".join(
     [
         sql_file("jobs_claim_lock_keys"),
         sql_file("jobs_claim"),
+        # Migration 0009 created it from its own copy; the file's result columns have changed
+        # since (0024: `priority`), which CREATE OR REPLACE cannot do. On a database that ran
+        # this migration before, the DROP never runs: 0024 makes the same change there.
+        "DROP FUNCTION IF EXISTS jobs_admission_lock(text[], text, uuid);",
         sql_file("jobs_admission_lock"),
         sql_file("jobs_claim_many"),
         sql_file("jobs_complete_many"),

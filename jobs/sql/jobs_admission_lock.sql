@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION jobs_admission_lock(
     p_keys text[], p_serialization_key text, p_exclude uuid
 ) RETURNS TABLE (
     id uuid, state text, created_at timestamptz, kind text, kind_version int,
-    generation bigint, next_attempt_at timestamptz
+    generation bigint, next_attempt_at timestamptz, priority smallint
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET lock_timeout = 5000
@@ -25,7 +25,7 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT j.id, j.state::text, j.created_at, j.kind::text, j.kind_version, j.generation,
-               j.next_attempt_at
+               j.next_attempt_at, j.priority
         FROM jobs_job j
         WHERE j.serialization_key = p_serialization_key
           AND j.state IN ('queued', 'leased', 'retry_wait')

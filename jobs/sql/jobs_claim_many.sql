@@ -60,7 +60,8 @@ CREATE OR REPLACE FUNCTION jobs_claim_many(
     deadline timestamptz,
     cancel_requested boolean,
     previous_state text,
-    claimed_at timestamptz
+    claimed_at timestamptz,
+    priority smallint
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET lock_timeout = 5000
@@ -146,7 +147,7 @@ BEGIN
                       j.kind_version, j.input, j.input_version, j.owner_id, j.tenant_id,
                       j.serialization_key, j.deadline,
                       j.cancel_requested_at IS NOT NULL AS cancel_requested, t.previous_state,
-                      t.ord
+                      j.priority, t.ord
         ),
         claim_events AS (
             INSERT INTO jobs_jobevent
@@ -178,6 +179,7 @@ BEGIN
         cancel_requested := ok.cancel_requested;
         previous_state := ok.previous_state;
         claimed_at := now();
+        priority := ok.priority;
         RETURN NEXT;
         claimed_ids := claimed_ids || ok.id;
     END LOOP;
@@ -199,7 +201,7 @@ BEGIN
         END::text,
         NULL::bigint, NULL::int, cur.kind::text, cur.kind_version, NULL::jsonb, NULL::int,
         NULL::int, cur.tenant_id, NULL::text, NULL::timestamptz, NULL::boolean, cur.state::text,
-        NULL::timestamptz
+        NULL::timestamptz, NULL::smallint
     FROM unnest(p_ids, p_kinds, p_kind_versions) WITH ORDINALITY AS r(id, kind, kind_version, ord)
     LEFT JOIN jobs_job cur ON cur.id = r.id AND cur.id = ANY(p_ids)
     WHERE r.id <> ALL(claimed_ids)

@@ -21,7 +21,8 @@ CREATE OR REPLACE FUNCTION jobs_complete_many_hand_over(
     p_lock_keys text[]
 ) RETURNS TABLE (
     id uuid, next_id uuid, next_state text, next_created_at timestamptz, next_kind text,
-    next_kind_version int, next_generation bigint, next_next_attempt_at timestamptz
+    next_kind_version int, next_generation bigint, next_next_attempt_at timestamptz,
+    next_priority smallint
 ) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET lock_timeout = 5000
@@ -43,12 +44,12 @@ BEGIN
     END LOOP;
     RETURN QUERY
         SELECT r.id, h.id, h.state::text, h.created_at, h.kind::text, h.kind_version,
-               h.generation, h.next_attempt_at
+               h.generation, h.next_attempt_at, h.priority
         FROM unnest(p_ids, p_lock_keys) AS r(id, lock_key)
         JOIN jobs_job d ON d.id = r.id AND d.id = ANY(done_ids)
         LEFT JOIN LATERAL (
             SELECT j.id, j.state, j.created_at, j.kind, j.kind_version, j.generation,
-                   j.next_attempt_at
+                   j.next_attempt_at, j.priority
             FROM jobs_job j
             WHERE r.lock_key IS NOT NULL
               AND j.serialization_key = d.serialization_key

@@ -13,6 +13,8 @@ from django.utils import timezone
 
 import jobs
 import tests.kinds_priority  # noqa: F401  (registers the priority kinds in this process)
+from jobs import batch
+from jobs.dispatch import execute_kwargs
 from jobs.models import Job
 from outbox import batching
 from outbox.models import OutboxEntry
@@ -175,3 +177,57 @@ def test_messages_of__bands_never_share_a_message__highest_first() -> None:
         batching._rules.pop("t.packed")
 
     assert [(m.priority, m.ids) for m in messages] == [(100, [2, 5, 6]), (0, [1, 4]), (-5, [0, 3])]
+
+
+# --- the job's priority on every later message of it ---------------------------------------
+
+
+def _execute_rows(job: Job) -> list[int]:
+    """The priorities of `job`'s outbox rows, oldest first."""
+    rows = OutboxEntry.objects.filter(job_id=job.pk).order_by("created_at", "id")
+    return list(rows.values_list("priority", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry__its_message_carries_the_jobs_priority_not_the_kinds_default(
+    user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    job = jobs.submit(kind="prio.flaky", input={}, owner=user, priority=60)
+
+    report = jobs.execute(job.pk)
+
+    job.refresh_from_db()
+    assert (report.outcome, job.state) == ("retry_scheduled", "retry_wait"), report
+    assert _execute_rows(job) == [60, 60]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyed_successor__its_message_carries_its_own_priority(user: Any, settings: Any) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    head = jobs.submit(kind="prio.plain", input={"n": 1}, owner=user, serialization_key="k")
+    waiting = jobs.submit(
+        kind="prio.plain", input={"n": 2}, owner=user, serialization_key="k", priority=-40
+    )
+    assert _execute_rows(waiting) == []  # not its turn: no message yet
+
+    jobs.execute(head.pk)
+
+    assert _execute_rows(waiting) == [-40]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyed_successor_of_a_group_commit__its_message_carries_its_own_priority(
+    user: Any, settings: Any
+) -> None:
+    settings.OUTBOX_FAST_PATH = False
+    head = jobs.submit(kind="prio.plain", input={"n": 1}, owner=user, serialization_key="g")
+    waiting = jobs.submit(
+        kind="prio.plain", input={"n": 2}, owner=user, serialization_key="g", priority=25
+    )
+
+    reports = batch.execute_many([execute_kwargs(head.pk, 0, "prio.plain", 1)])
+
+    assert [r.outcome for r in reports] == ["succeeded"]
+
+    assert _execute_rows(waiting) == [25]
