@@ -15,12 +15,18 @@ class JobsConfig(AppConfig):
         # The tasks (and the worker's failpoint names) exist in every process, whether or not
         # the project autodiscovers tasks.
         from . import celery_hooks, failpoints, registry, tasks  # noqa: F401
-        from .checks import jobs_checks, jobs_database_timeouts, jobs_kind_names
+        from .checks import (
+            jobs_checks,
+            jobs_database_timeouts,
+            jobs_kind_names,
+            jobs_schedule_checks,
+        )
         from .tasks_backend.backend import task_celery_queues, task_kind_load
 
         checks.register(jobs_checks, "jobs")
         checks.register(jobs_kind_names, "jobs")
         checks.register(jobs_database_timeouts, "jobs")
+        checks.register(jobs_schedule_checks, "jobs")
         registry.lazy_kinds_add(registry.LazyKinds(load=task_kind_load, queues=task_celery_queues))
         registry.autoload()
         celery_hooks.connect()

@@ -101,10 +101,18 @@ def connect() -> None:
 
 
 def jobs_schedule() -> dict[str, dict[str, Any]]:
-    """The reaper, the redelivery check and the reconciler, for the project's beat."""
+    """The reaper, the redelivery check, the reconciler and the schedules' ticker, for the
+    project's beat."""
     reap, reconcile = jobs_settings.REAP_INTERVAL, jobs_settings.RECONCILE_INTERVAL
     redeliver = jobs_settings.REDELIVER_INTERVAL
+    ticker = jobs_settings.SCHEDULE_INTERVAL
     return {
+        "jobs-schedules": {
+            "task": "jobs.maintenance.schedules",
+            "schedule": ticker,
+            # A run that waited this long is superseded: the next one decides the same ticks.
+            "options": {"expires": max(ticker * 5, 10)},
+        },
         "jobs-reap": {
             "task": "jobs.maintenance.reap",
             "schedule": reap,

@@ -122,3 +122,57 @@ def jobs_database_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Check
             id="jobs.W010",
         )
     ]
+
+
+def jobs_schedule_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Periodic schedules that cannot tick, or whose jobs nobody could own (jobs.scheduler)."""
+    from .scheduler import schedule_definitions, schedule_from_setting
+    from .ticks import ScheduleInvalid
+
+    found: list[CheckMessage] = []
+    owner = jobs_settings.SCHEDULE_OWNER
+    if not owner or len(owner) > 150 or owner != owner.strip():
+        found.append(
+            Error(
+                f"JOBS_SCHEDULE_OWNER must name a username (1 to 150 characters), not {owner!r}: "
+                "the jobs of periodic schedules are owned by that user.",
+                hint="Leave it unset ('jobs-scheduler', created on first use) or name a user.",
+                id="jobs.E030",
+            )
+        )
+    code = {spec.name for spec in registry.schedules()}
+    for name, raw in jobs_settings.SCHEDULES.items():
+        try:
+            schedule_from_setting(name, raw)
+        except ScheduleInvalid as exc:
+            found.append(Error(str(exc), id="jobs.E031"))
+        else:
+            if name in code:
+                found.append(
+                    Warning(
+                        f"JOBS_SCHEDULES[{name!r}] has the name of a @handler(schedule=...): "
+                        "the setting's definition wins.",
+                        id="jobs.W031",
+                    )
+                )
+    if any(e.id == "jobs.E031" for e in found):
+        return found
+    for spec in schedule_definitions().values():
+        kind = registry.kind_latest_or_none(spec.kind)
+        if kind is None:
+            found.append(
+                Warning(
+                    f"Schedule {spec.name!r} names the kind {spec.kind!r}, which this process "
+                    "does not register: only a ticker whose process registers it ticks it.",
+                    hint="Add the kind's module to JOBS_HANDLER_MODULES of the maintenance worker.",
+                    id="jobs.W030",
+                )
+            )
+            continue
+        try:
+            kind.validate(spec.input)
+        except Exception as exc:
+            found.append(
+                Error(f"Schedule {spec.name!r}: its input does not fit: {exc}", id="jobs.E032")
+            )
+    return found

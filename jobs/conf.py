@@ -8,6 +8,8 @@ OUTBOX_BEAT_SCHEDULE): one knob for all five maintenance tasks.
 
 from __future__ import annotations
 
+from typing import Any
+
 from outbox.conf import AppSettings, Setting
 
 
@@ -124,6 +126,22 @@ class JobsSettings(AppSettings):
     )
     API_POLL_INTERVAL: Setting[float] = Setting(
         0.25, "How often a long-poll reads the job again.", positive=True
+    )
+    SCHEDULES: Setting[dict[str, dict[str, Any]]] = Setting(
+        {},
+        "Periodic schedules of kinds defined elsewhere: {name: {kind, cron, timezone, "
+        "catch_up, catch_up_seconds, input}} (as `@handler(schedule=...)` takes them).",
+    )
+    SCHEDULE_INTERVAL: Setting[float] = Setting(
+        5.0,
+        "Seconds between the ticker's runs (beat): a tick's job is submitted at most this "
+        "long after its time.",
+        positive=True,
+    )
+    SCHEDULE_OWNER: Setting[str] = Setting(
+        "jobs-scheduler",
+        "Username that owns the jobs of periodic schedules (created on first use, with no "
+        "password and no staff rights).",
     )
 
 

@@ -55,3 +55,21 @@ class UnknownKind(JobError):
 
 class InputTooLarge(JobError):
     """The input exceeds JOBS_MAX_INPUT_BYTES; send an object reference instead."""
+
+
+class ScheduleCursorMoved(JobError):
+    """A schedule's guarded cursor write matched zero rows: another ticker (or an operator)
+    moved it; this ticker's decision, and the jobs it submitted, roll back."""
+
+
+class ScheduleStateConflict(JobError):
+    """Pausing a paused schedule, resuming a running one, or an operator action without a
+    note."""
+
+
+class InvalidDependency(PermanentError):
+    """An `after=` that names no job the waiter's scope holds (unknown, another tenant's or
+    owner's), or an `after_failure` that is no choice: nothing was written. From a handler's
+    `ctx.submit`, a permanent failure."""
+
+    category = "invalid_dependency"

@@ -16,6 +16,7 @@ from django.utils.module_loading import autodiscover_modules
 from .conf import jobs_settings
 from .exceptions import UnknownKind, ValidationFailed
 from .retry import RetryPolicy
+from .ticks import CATCH_UP_SECONDS, CatchUp, ScheduleSpec, catch_up_check
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -73,6 +74,9 @@ class KindSpec:
     # Called by the worker once an attempt's outcome committed (jobs.runtime); its errors are
     # logged and never change the outcome. The `django.tasks` backend sends task_finished.
     on_outcome: Callable[[Lease, Outcome], None] | None = None
+    # Its periodic schedule (`@handler(schedule="0 3 * * *")`): one job per tick, named
+    # after the kind (jobs.scheduler).
+    schedule: ScheduleSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # Built once: jsonschema.validate() would check the schema itself again on every call.
     validator: Any = field(default=None, init=False, repr=False, compare=False)
@@ -169,10 +173,32 @@ def handler(
     authorize_submit: SubmitCheck | None = None,
     batch: bool = True,
     priority: int = 0,
+    schedule: str | None = None,
+    timezone: str = "UTC",
+    catch_up: CatchUp | str = CatchUp.SKIP_OLDER,
+    catch_up_seconds: int = CATCH_UP_SECONDS,
+    schedule_input: dict[str, Any] | None = None,
 ) -> Callable[[HandlerFn], HandlerFn]:
-    """Register `fn(ctx, input) -> dict` as the handler of `kind` at `version`."""
+    """Register `fn(ctx, input) -> dict` as the handler of `kind` at `version`.
+
+    `schedule` (a cron expression, 5 fields or 6 with seconds first, in `timezone`) submits
+    one job of the kind per tick with `schedule_input`; `catch_up` says which ticks a late
+    ticker still runs (jobs.ticks.CatchUp). A bad schedule raises ScheduleInvalid here."""
     if input_schema is not None:
         jsonschema.Draft202012Validator.check_schema(input_schema)
+    periodic = (
+        ScheduleSpec(
+            name=kind,
+            kind=kind,
+            cron=schedule,
+            timezone=timezone,
+            catch_up=catch_up_check(catch_up),
+            catch_up_seconds=catch_up_seconds,
+            input=dict(schedule_input or {}),
+        )
+        if schedule is not None
+        else None
+    )
 
     def register(fn: HandlerFn) -> HandlerFn:
         spec = KindSpec(
@@ -195,6 +221,7 @@ def handler(
             authorize_submit=authorize_submit,
             batch=batch,
             priority=priority,
+            schedule=periodic,
         )
         _registry.setdefault(kind, {})[version] = spec
         return fn
@@ -229,6 +256,12 @@ def kind_version(kind: str, version: int) -> KindSpec | None:
 
 def kinds() -> list[str]:
     return sorted(_registry)
+
+
+def schedules() -> list[ScheduleSpec]:
+    """The schedules of the registered kinds (each kind's newest version decides)."""
+    found = (kind_latest(kind).schedule for kind in sorted(_registry))
+    return [schedule for schedule in found if schedule is not None]
 
 
 def unregister(kind: str) -> None:

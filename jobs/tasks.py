@@ -97,3 +97,12 @@ def reconcile() -> dict[str, Any]:
         "stale_effects": report.stale_effects,
         "open_quarantine": report.open_quarantine,
     }
+
+
+# Every JOBS_SCHEDULE_INTERVAL (5 s): one job per tick of each due schedule (jobs.scheduler).
+@shared_task(name="jobs.maintenance.schedules", ignore_result=False, send_events=False)
+def schedules() -> dict[str, Any]:
+    """Beat: submit the due ticks' jobs; safe with two beats (rows locked, keys unique)."""
+    from .scheduler import schedules_tick
+
+    return schedules_tick().as_dict()

@@ -73,6 +73,7 @@ _TYPE_NAMES: dict[type, str] = {
     bool: "boolean",
     str: "string",
     list: "list of strings",
+    dict: "dict",
 }
 
 

@@ -4,6 +4,7 @@ module per concern; every model is importable from here, as Django expects)."""
 from jobs.models.job import Job, JobEvent, StoredObject, Tenant
 from jobs.models.ledger import EffectLedgerEntry, EffectState, QuarantineRecord, QuarantineStatus
 from jobs.models.ops import Counter, DrainSample, WorkerHeartbeat
+from jobs.models.schedule import Schedule, ScheduleAction, ScheduleEvent, ScheduleSource
 
 __all__ = [
     "Counter",
@@ -14,6 +15,10 @@ __all__ = [
     "JobEvent",
     "QuarantineRecord",
     "QuarantineStatus",
+    "Schedule",
+    "ScheduleAction",
+    "ScheduleEvent",
+    "ScheduleSource",
     "StoredObject",
     "Tenant",
     "WorkerHeartbeat",

@@ -11,6 +11,7 @@ from jobs.progress import progress_text
 from jobs.states import ACTIVE
 
 from . import selectors
+from .schedules import ScheduleRow, schedule_rows
 from .workers import workers_live
 
 CHART_WIDTH = 600
@@ -56,6 +57,7 @@ class OpsSnapshot:
     running: list[Running]
     accepted_last_hour: int
     completed_last_hour: int
+    schedules: list[ScheduleRow] = field(default_factory=list)
     bars: list[Bar] = field(default_factory=list)
     chart_width: int = CHART_WIDTH
     chart_height: int = CHART_HEIGHT
@@ -115,6 +117,7 @@ def ops_snapshot() -> OpsSnapshot:
         ],
         accepted_last_hour=sum(b.accepted for b in buckets),
         completed_last_hour=sum(b.completed for b in buckets),
+        schedules=schedule_rows(),
         bars=bars,
         chart_max=peak,
     )

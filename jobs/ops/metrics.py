@@ -18,6 +18,7 @@ from jobs.states import ACTIVE, JobState
 from outbox.counters import RELAY_PUBLISHED, counter_value
 
 from . import selectors
+from .schedules import schedule_metrics
 from .workers import workers_live
 
 PREFIX = "jobs_"
@@ -80,6 +81,7 @@ class JobsCollector(Collector):
             "Workers that wrote a heartbeat within three heartbeat intervals.",
             value=workers_live().count(),
         )
+        yield from schedule_metrics(PREFIX)
 
     def _outbox(self) -> Iterator[Metric]:
         lag = selectors.outbox_lag()
