@@ -10,7 +10,7 @@ from jobs.models import QuarantineRecord, WorkerHeartbeat
 from jobs.progress import progress_text
 from jobs.states import ACTIVE
 
-from . import selectors
+from . import selectors, table_health
 from .schedules import ScheduleRow, schedule_rows
 from .workers import workers_live
 
@@ -57,6 +57,8 @@ class OpsSnapshot:
     running: list[Running]
     accepted_last_hour: int
     completed_last_hour: int
+    tables: list[table_health.TableHealth] = field(default_factory=list)
+    horizon: table_health.Horizon | None = None
     schedules: list[ScheduleRow] = field(default_factory=list)
     bars: list[Bar] = field(default_factory=list)
     chart_width: int = CHART_WIDTH
@@ -117,6 +119,8 @@ def ops_snapshot() -> OpsSnapshot:
         ],
         accepted_last_hour=sum(b.accepted for b in buckets),
         completed_last_hour=sum(b.completed for b in buckets),
+        tables=table_health.table_health(),
+        horizon=table_health.horizon(),
         schedules=schedule_rows(),
         bars=bars,
         chart_max=peak,

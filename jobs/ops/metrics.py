@@ -19,6 +19,7 @@ from outbox.counters import RELAY_PUBLISHED, counter_value
 
 from . import selectors
 from .schedules import schedule_metrics
+from .table_health import TableHealthCollector
 from .workers import workers_live
 
 PREFIX = "jobs_"
@@ -146,4 +147,5 @@ def metrics_registry() -> CollectorRegistry:
     """A registry holding only our collector (no process metrics of one random web process)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobsCollector())
+    registry.register(TableHealthCollector())
     return registry
