@@ -15,6 +15,8 @@ NAMES = frozenset(
         "worker.batch_before_commit",
         "worker.after_effect_before_complete",
         "worker.after_complete_before_ack",
+        # The ticker (jobs.scheduler): a tick's jobs submitted, the cursor not yet moved.
+        "schedule.after_submit_before_advance",
     }
 )
 

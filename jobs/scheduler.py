@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from outbox.failpoints import failpoint, failpoints_add
+from outbox.failpoints import failpoint
 
 from . import registry
 from .conf import jobs_settings
@@ -60,8 +60,7 @@ from .ticks import (
 
 logger = logging.getLogger(__name__)
 
-AFTER_SUBMIT = "schedule.after_submit_before_advance"
-failpoints_add({AFTER_SUBMIT})
+AFTER_SUBMIT = "schedule.after_submit_before_advance"  # declared in jobs.failpoints
 
 SETTING_KEYS = {"kind", "cron", "timezone", "catch_up", "catch_up_seconds", "input"}
 # A row whose process last defined it longer ago than this many ticker intervals (at least

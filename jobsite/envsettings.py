@@ -17,7 +17,7 @@ def parse(spec: Setting[Any], raw: str) -> Any:
         return raw.strip().lower() in {"1", "true", "yes", "on"}
     if kind is list:
         return [item.strip() for item in raw.split(",") if item.strip()]
-    if kind in (int, float):
+    if kind in (int, float, dict):  # a dict (JOBS_SCHEDULES) as JSON
         try:
             return json.loads(raw)
         except ValueError:

@@ -46,7 +46,9 @@ def scheduled(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def tick_jobs(kind: str = KIND) -> list[str]:
-    return sorted(Job.objects.filter(kind=kind).values_list("business_key", flat=True))
+    return sorted(
+        str(k) for k in Job.objects.filter(kind=kind).values_list("business_key", flat=True)
+    )
 
 
 def keys(*ticks: datetime) -> list[str]:

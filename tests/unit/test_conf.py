@@ -126,6 +126,7 @@ def test_example_project_env_bridge__parses_by_the_defaults_type() -> None:
             "JOBS_HANDLER_MODULES": "a.kinds, b.kinds",
             "OUTBOX_MARK_INTERVAL": "0.5",
             "OUTBOX_RELAY_BATCH_SIZE": "lots",
+            "JOBS_SCHEDULES": '{"nightly": {"kind": "noop", "cron": "0 3 * * *"}}',
             "JOBS_NOT_A_SETTING": "1",
         }
     )
@@ -136,6 +137,7 @@ def test_example_project_env_bridge__parses_by_the_defaults_type() -> None:
         "JOBS_HANDLER_MODULES": ["a.kinds", "b.kinds"],
         "OUTBOX_MARK_INTERVAL": 0.5,
         "OUTBOX_RELAY_BATCH_SIZE": "lots",  # left as text for the system check to name
+        "JOBS_SCHEDULES": {"nightly": {"kind": "noop", "cron": "0 3 * * *"}},
     }
 
 

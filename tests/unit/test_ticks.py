@@ -20,8 +20,10 @@ from jobs.ticks import (
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def day_ticks(cron: str, zone: ZoneInfo, day: datetime) -> list[datetime]:
