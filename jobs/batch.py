@@ -17,8 +17,9 @@ says which kinds may share one). For one message:
      statement (jobs_complete_many), which also charges their attempt; with keyed ones
      among them, the same statement also takes their keys' locks and finds each key's next
      head (jobs_complete_many_hand_over), whose messages go in one INSERT. Every other exit
-     (retry, quarantine, cancel, release, local effects, a success with caps to hand over)
-     is one savepoint each, so one job's lost lease rolls back that job's writes only.
+     (retry, quarantine, cancel, release, local effects, follow-ups written with their
+     parent's success, a success with caps to hand over) is one savepoint each, so one
+     job's lost lease rolls back that job's writes only.
      Then the task returns and Celery acks the message (acks_late): never before every
      outcome it carries committed.
   5. The jobs left aside run through the one-job path (jobs.runtime), each claimed, run and
@@ -158,9 +159,9 @@ def run_claimed(jobs: list[Claimed]) -> None:
 
 def _in_one_statement(job: Claimed) -> bool:
     """A success with nothing to commit beside its row, its event and, for a keyed job,
-    its key's hand-over (no local effect, no cap to hand over)."""
+    its key's hand-over (no local effect, no follow-up, no cap to hand over)."""
     verdict, lease = job.verdict, job.lease
-    if not verdict or not verdict.completion or verdict.local_effects:
+    if not verdict or not verdict.completion or verdict.local_effects or verdict.follow_ups:
         return False
     return lease.serialization_key is None or admission.key_only_handoff(lease) is not None
 
@@ -202,14 +203,18 @@ def group_commit(jobs: list[Claimed]) -> None:
 
 
 def _commit_one(job: Claimed, verdict: Verdict) -> bool:
-    """A savepoint of the group commit for an exit or a completion with local effects."""
+    """A savepoint of the group commit for an exit or a completion with local effects or
+    follow-ups (written only if its fenced update applied)."""
     if verdict.exit is not None:
         return lifecycle.leave_in_savepoint(job.lease, verdict.exit)
     if verdict.completion is None:
         return True
     try:
         lifecycle.job_complete(
-            job.lease, result=verdict.completion.result, local_effects=list(verdict.local_effects)
+            job.lease,
+            result=verdict.completion.result,
+            local_effects=list(verdict.local_effects),
+            follow_ups=list(verdict.follow_ups),
         )
     except LeaseLost:
         return False

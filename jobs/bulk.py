@@ -48,7 +48,8 @@ _JOB_COLUMNS = (  # a field of rows.job_values, by its name as a column
     "next_attempt_at",
     "deadline",
 )
-_RELATED = ("owner", "tenant", "input_ref", "replay_of")  # and these, by their key's column
+# and these, by their key's column
+_RELATED = ("owner", "tenant", "input_ref", "replay_of", "parent")
 _RELATED_COLUMNS = tuple((name, f"{name}_id") for name in _RELATED)
 _EVENT_COLUMNS = ("job_id", "details")
 _OUTBOX_COLUMNS = ("queue", "job_id", "kwargs", "priority", "available_at", "reserved_until")

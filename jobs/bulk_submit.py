@@ -8,7 +8,7 @@ are checked first and written column-wise (jobs.bulk); every other request goes 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -18,7 +18,7 @@ from outbox.fastpath import writing
 from . import bulk
 from .models import Job
 from .rows import CheckedSubmit, SubmitRequest
-from .submission import job_check, job_lock_keys, job_submit
+from .submission import job_check, job_lock_keys, job_submit, job_submit_checked
 
 # What a submit_many request may name, and the defaults of what it leaves out: job_submit's
 # keywords, read from its signature so the two never drift apart.
@@ -42,7 +42,8 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
     transaction, with its replay and admission rules. Jobs come back in request order. A
     plain request is checked before anything is written, a keyed one inside the transaction;
     either way one bad request (an unknown kind, an invalid or too large input, a conflicting
-    idempotency key) raises and the whole call writes nothing.
+    idempotency key) raises and the whole call writes nothing. A request with `after` goes
+    through `job_submit` (after the plain ones: it may name them).
     """
     requests = list(requests)
     plain: list[tuple[int, CheckedSubmit]] = []
@@ -51,7 +52,7 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
         unknown = set(request) - _SUBMIT_FIELDS
         if unknown:
             raise TypeError(f"submit_many request {index}: unknown fields {sorted(unknown)}")
-        if request.get("idempotency_key") or request.get("business_key"):
+        if request.get("idempotency_key") or request.get("business_key") or request.get("after"):
             rest.append((index, request))
             continue
         submit = _plain_submit(SubmitRequest(**{**_PLAIN_DEFAULTS, **request}))
@@ -68,6 +69,22 @@ def job_submit_many(requests: Iterable[dict[str, Any]]) -> list[Job]:
         for index, request in rest:
             out[index] = job_submit(**request)
     return [job for job in out if job is not None]
+
+
+def jobs_submit_checked(submits: Sequence[CheckedSubmit]) -> list[Job]:
+    """Checked requests (`job_check`) in the caller's transaction, as `job_submit_many`
+    writes them: the plain ones column-wise, first; every other one through
+    `job_submit_checked`, in order (a request with `after` may name any before it)."""
+    plain = [s for s in submits if _is_plain(s)]
+    written = dict(zip(map(id, plain), bulk.jobs_insert_plain(plain) if plain else [], strict=True))
+    return [written[id(s)] if id(s) in written else job_submit_checked(s) for s in submits]
+
+
+def _is_plain(checked: CheckedSubmit) -> bool:
+    request = checked.request
+    if request.idempotency_key or request.business_key or request.after:
+        return False
+    return not job_lock_keys(checked)
 
 
 def _plain_submit(request: SubmitRequest) -> CheckedSubmit | None:

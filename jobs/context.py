@@ -11,14 +11,20 @@ from uuid import UUID
 
 from django.core.exceptions import ValidationError
 
-from . import effects
+from . import effects, links
 from .artifacts import artifact_write_once
 from .exceptions import Forbidden, LeaseLost
 from .leases import Lease, lease_heartbeat, report_stale_write
 from .progress import Progress, ProgressThrottle, job_progress_write_if_leased, progress_value
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from django.contrib.auth.models import User
     from django.db.models import Model, QuerySet
+
+    from .models import Tenant
+    from .rows import CheckedSubmit
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +47,8 @@ class JobContext:
         self._cancel = threading.Event()
         self._local_effects: list[tuple[str, Callable[[str], Any]]] = []
         self._progress: ProgressThrottle | None = None  # made by the first report
+        self._follow_ups: list[CheckedSubmit] = []  # ctx.submit's, written with the success
+        self._scope: tuple[User, Tenant | None] | None = None  # the job's, loaded once
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -204,6 +212,65 @@ class JobContext:
     @property
     def local_effects(self) -> list[tuple[str, Callable[[str], Any]]]:
         return list(self._local_effects)
+
+    # -- follow-ups and fan-in (jobs.links) ---------------------------------------------------
+    def submit(
+        self,
+        kind: str,
+        input: dict[str, Any] | None = None,
+        *,
+        owner: User | None = None,
+        tenant: Tenant | object | None = links.INHERIT,
+        business_key: str | None = None,
+        input_version: int = 1,
+        idempotency_key: str | None = None,
+        serialization_key: str | None = None,
+        run_after: datetime | None = None,
+        priority: int | None = None,
+        after: list[UUID] | tuple[UUID, ...] = (),
+        after_failure: str = "run",
+    ) -> UUID:
+        """Ask for a follow-up job: written in the transaction that records this job's
+        success, with `parent` = this job; nothing if the success does not commit (an error,
+        a retry, a lost lease). Checked now as `jobs.submit` checks a request (kind, input,
+        priority, `after`): an error is this handler's. Owner and tenant are this job's
+        unless given. `after` may name earlier follow-ups of this context. Returns the id
+        the job will have."""
+        self._ensure_owned()
+        checked = links.follow_up_check(
+            self,
+            kind=kind,
+            input={} if input is None else input,
+            owner=owner,
+            tenant=tenant,
+            business_key=business_key,
+            input_version=input_version,
+            idempotency_key=idempotency_key,
+            serialization_key=serialization_key,
+            run_after=run_after,
+            priority=priority,
+            after=after,
+            after_failure=after_failure,
+        )
+        self._follow_ups.append(checked)
+        job_id = checked.request.job_id
+        assert job_id is not None
+        return job_id
+
+    @property
+    def follow_ups(self) -> list[CheckedSubmit]:
+        return list(self._follow_ups)
+
+    def job_scope(self) -> tuple[User, Tenant | None]:
+        """This job's owner and tenant as rows (two queries, once)."""
+        if self._scope is None:
+            self._scope = links.scope_rows(owner_id=self.owner, tenant_id=self.tenant_id)
+        return self._scope
+
+    def dependencies(self) -> list[links.Dependency]:
+        """The outcomes of the jobs this one waited for (`after=`): id, kind, state, result,
+        error category and message, never their inputs; [] without `after`."""
+        return links.dependencies_of(self.job_id)
 
     def artifact(self, name: str, data: bytes) -> str:
         """Write-once artifact under a stable name; returns the stored name."""

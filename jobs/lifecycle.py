@@ -29,7 +29,7 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import admission, dispatch
+from . import admission, dispatch, links
 from .completion import Completion, complete_many
 from .effects import effect_apply_local
 from .events import job_event_record
@@ -37,6 +37,7 @@ from .exceptions import LeaseLost
 from .leases import Lease, fenced_transaction, job_update_if_leased, lease_lost, report_stale_write
 from .models import QuarantineRecord
 from .retry import Decision
+from .rows import CheckedSubmit
 from .states import JobState
 
 logger = logging.getLogger(__name__)
@@ -66,23 +67,33 @@ def attempt_after(lease: Lease, *, started: bool) -> int | None:
     return lease.attempt if started else None
 
 
-def job_complete(lease: Lease, *, result: dict[str, Any], local_effects: list[LocalEffect]) -> None:
-    """Success: result, state, local effects, event and successor commit together, fenced.
+def job_complete(
+    lease: Lease,
+    *,
+    result: dict[str, Any],
+    local_effects: list[LocalEffect],
+    follow_ups: list[CheckedSubmit] | None = None,
+) -> None:
+    """Success: result, state, local effects, event, successor and follow-ups (`ctx.submit`,
+    written only once the fenced update applied) commit together, fenced.
 
-    With nothing to commit beside the job's own row and event (no local effect, no admission
-    rule to hand over, no caller's transaction), that is one round trip and one commit."""
+    With nothing to commit beside the job's own row and event (no local effect, no follow-up,
+    no admission rule to hand over, no caller's transaction), that is one round trip and one
+    commit."""
     spec, keys = admission.handoff_keys(lease)
-    alone = not local_effects and not keys and not connection.in_atomic_block
+    alone = not local_effects and not follow_ups and not keys and not connection.in_atomic_block
     with fenced_transaction(lease, "complete", atomic=not alone):
         if keys and not local_effects:
             admission.complete_and_hand_over(lease, result, spec=spec, keys=keys)
-            return
-        if lease.job_id not in complete_many([Completion(lease, result)]):
-            raise lease_lost(lease)
-        for name, fn in local_effects:
-            effect_apply_local(lease, name, fn)
-        if keys:
-            admission.admission_handoff(lease, left_active=True)
+        else:
+            if lease.job_id not in complete_many([Completion(lease, result)]):
+                raise lease_lost(lease)
+            for name, fn in local_effects:
+                effect_apply_local(lease, name, fn)
+            if keys:
+                admission.admission_handoff(lease, left_active=True)
+        if follow_ups:
+            links.follow_ups_write(lease, follow_ups)
 
 
 def leave(lease: Lease, exit: Exit) -> None:

@@ -10,8 +10,10 @@ path's reservation, `outbox_reserved_until`) for both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple, TypedDict
+from uuid import UUID
 
 from django.contrib.auth.models import User
 
@@ -21,7 +23,8 @@ from .states import JobState
 
 
 class SubmitRequest(NamedTuple):
-    """What `job_submit` is asked: its keywords, in its signature's order."""
+    """What `job_submit` is asked: its keywords, in its signature's order (and `job_id`, which
+    only `ctx.submit` gives)."""
 
     kind: str
     input: dict[str, Any]
@@ -35,6 +38,10 @@ class SubmitRequest(NamedTuple):
     replay_of: Job | None
     run_after: datetime | None
     priority: int | None = None  # None: the kind's default (`@handler(priority=...)`)
+    after: Sequence[UUID] = ()  # the jobs it waits for (jobs.links)
+    after_failure: str = "run"  # what a dependency's failure does to it (jobs.links)
+    parent: Job | None = None  # the job whose handler submitted it (`ctx.submit`)
+    job_id: UUID | None = None  # its id, made beforehand (`ctx.submit` returns it); None: new
 
 
 class CheckedSubmit(NamedTuple):
@@ -82,7 +89,7 @@ def job_values(checked: CheckedSubmit, now: datetime) -> dict[str, Any]:
     due = first_due(request.run_after, now)
     policy = spec.policy
     return {
-        "id": _new_id(),
+        "id": _new_id() if request.job_id is None else request.job_id,
         "kind": request.kind,
         "kind_version": spec.version,
         "owner": request.owner,
@@ -95,6 +102,7 @@ def job_values(checked: CheckedSubmit, now: datetime) -> dict[str, Any]:
         "input_ref": request.input_ref,
         "serialization_key": request.serialization_key,
         "replay_of": request.replay_of,
+        "parent": request.parent,
         "max_attempts": policy.max_attempts,
         "priority": job_priority(checked),
         "next_attempt_at": due,

@@ -46,6 +46,7 @@ from .leases import Heartbeat, Lease
 from .logging import job_log_context
 from .outcomes import Outcome
 from .retry import Action, Category, Decision, classify, decide, failure_summary
+from .rows import CheckedSubmit
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class Verdict:
     exit: lifecycle.Exit | None = None
     completion: Completion | None = None
     local_effects: tuple[lifecycle.LocalEffect, ...] = ()
+    follow_ups: tuple[CheckedSubmit, ...] = ()  # ctx.submit's, written with the success
     log: str = ""
 
 
@@ -235,6 +237,7 @@ def judge(
         Outcome.SUCCEEDED,
         completion=Completion(lease, result),
         local_effects=tuple(ctx.local_effects),
+        follow_ups=tuple(ctx.follow_ups),
     )
 
 
@@ -284,20 +287,22 @@ def _run_leased(claim: Claim, lease: Lease, spec: registry.KindSpec) -> Outcome:
 
 
 def _complete(spec: registry.KindSpec, completion: Completion, verdict: Verdict) -> Verdict:
-    """Commit a success. A local effect that raises rolls the completion back and fails the
-    job as if its handler had raised (as in a batch's group commit): the failure's verdict."""
+    """Commit a success. A local effect (or a follow-up's write) that raises rolls the
+    completion back and fails the job as if its handler had raised (as in a batch's group
+    commit): the failure's verdict."""
     lease, local_effects = completion.lease, list(verdict.local_effects)
+    follow_ups = list(verdict.follow_ups)
     try:
         retried_when_refused(
             lambda: lifecycle.job_complete(
-                lease, result=completion.result, local_effects=local_effects
+                lease, result=completion.result, local_effects=local_effects, follow_ups=follow_ups
             ),
             what="the completion",
         )
     except LeaseLost:
         raise
     except BaseException as exc:
-        if not local_effects or stops_the_worker(exc) or database_failed(exc):
+        if not (local_effects or follow_ups) or stops_the_worker(exc) or database_failed(exc):
             raise
         return failure_verdict(lease, spec, exc)
     return verdict

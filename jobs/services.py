@@ -37,12 +37,14 @@ def job_rearm_if_early(*, job_id: UUID) -> bool:
 
 
 def job_cancel(*, job_id: UUID, actor: str) -> Job:
-    """Cancel now if waiting; ask a running job to stop; refuse a finished job."""
+    """Cancel now if waiting (for its turn or, `after=`, for its dependencies: the database
+    then drops its dormant message, jobs.links); ask a running job to stop; refuse a finished
+    job."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         now = timezone.now()
         state = job.job_state
-        if state in CLAIMABLE:
+        if state in CLAIMABLE or state is JobState.WAITING:
             Job.objects.filter(pk=job.pk, state=state.value).update(
                 state=JobState.CANCELLED.value,
                 finished_at=now,
@@ -57,7 +59,8 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
                 reason="cancelled",
                 actor=actor,
             )
-            admission.admission_handoff(job, left_active=True)
+            if state is not JobState.WAITING:  # a waiting job held no turn
+                admission.admission_handoff(job, left_active=True)
         elif state == JobState.LEASED:
             if job.cancel_requested_at is None:
                 Job.objects.filter(pk=job.pk, state=state.value).update(

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 class JobState(StrEnum):
     QUEUED = "queued"  # accepted and committed; due at next_attempt_at
+    WAITING = "waiting"  # accepted with `after=`: released to queued when its dependencies end
     LEASED = "leased"  # owned by one worker until lease_until, fenced by generation
     RETRY_WAIT = "retry_wait"  # a recoverable failure; due again at next_attempt_at
     SUCCEEDED = "succeeded"  # the one committed business result is stored
@@ -21,6 +22,8 @@ class JobState(StrEnum):
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.LEASED, JobState.CANCELLED}),
+    # Released by the database when its last dependency ends (jobs/sql/jobs_job_after_state.sql).
+    JobState.WAITING: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.LEASED: frozenset(
         {
             JobState.SUCCEEDED,
@@ -57,6 +60,7 @@ class ClientStatus(StrEnum):
 
 CLIENT_STATUS: dict[JobState, ClientStatus] = {
     JobState.QUEUED: ClientStatus.QUEUED,
+    JobState.WAITING: ClientStatus.QUEUED,  # with `waiting_for` in the API
     JobState.LEASED: ClientStatus.RUNNING,
     JobState.RETRY_WAIT: ClientStatus.RETRYING,
     JobState.SUCCEEDED: ClientStatus.SUCCEEDED,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,7 +29,7 @@ from django.utils import timezone
 from outbox.fastpath import writing
 from outbox.services import outbox_after_commit
 
-from . import admission, dispatch, registry, tracing
+from . import admission, dispatch, links, registry, tracing
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge
@@ -61,9 +62,11 @@ def job_request_fingerprint(
     serialization_key: str | None,
     input_ref: UUID | None,
     tenant_id: int | None,
+    after: Sequence[UUID] = (),
 ) -> str:
-    """What makes two submissions 'the same request' for idempotency."""
-    body = {
+    """What makes two submissions 'the same request' for idempotency (`after` only when
+    given: the fingerprints of requests without it stay what they were)."""
+    body: dict[str, Any] = {
         "kind": kind,
         "input": input,
         "business_key": business_key,
@@ -72,6 +75,8 @@ def job_request_fingerprint(
         "input_ref": str(input_ref) if input_ref else None,
         "tenant": tenant_id,
     }
+    if after:
+        body["after"] = sorted(str(pk) for pk in after)
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
@@ -131,7 +136,7 @@ def _supersede_older_versions(job: Job) -> None:
             kind=job.kind,
             business_key=job.business_key,
             input_version__lt=job.input_version,
-            state__in=[s.value for s in CLAIMABLE],
+            state__in=[s.value for s in (*CLAIMABLE, JobState.WAITING)],
         )
     )
     for old in older:
@@ -169,6 +174,8 @@ def job_check(request: SubmitRequest) -> CheckedSubmit:
     spec = registry.kind_latest(request.kind)
     if request.priority is not None:
         registry.priority_check(request.priority)
+    if request.after or request.after_failure != "run":
+        request = request._replace(after=links.after_check(request.after, request.after_failure))
     try:
         encoded: bytes | None = _canonical(request.input).encode()
     except RecursionError:  # json's own bound, far beyond JOBS_MAX_INPUT_DEPTH
@@ -192,6 +199,7 @@ def job_check(request: SubmitRequest) -> CheckedSubmit:
         serialization_key=request.serialization_key,
         input_ref=request.input_ref.pk if request.input_ref else None,
         tenant_id=tenant.pk if tenant else None,
+        after=request.after,
     )
     return CheckedSubmit(request, spec, fingerprint)
 
@@ -212,9 +220,17 @@ def _job_new(checked: CheckedSubmit) -> NewJob:
     now = timezone.now()
     values = job_values(checked, now)
     job = Job(**NEW_JOB, **values)
+    to_state = ACCEPTED_EVENT["to_state"]
+    if checked.request.after:  # fan-in: waiting until its dependencies end (jobs.links)
+        job.state = to_state = JobState.WAITING.value
+        job.waiting_for = len(checked.request.after)
     tracing.job_trace_begin(job)
     accepted = job_event_new(
-        job, **ACCEPTED_EVENT, details=accepted_details(checked.request.run_after)
+        job,
+        from_state=ACCEPTED_EVENT["from_state"],
+        to_state=to_state,
+        reason=ACCEPTED_EVENT["reason"],
+        details=accepted_details(checked.request.run_after),
     )
     due: datetime = values["next_attempt_at"]
     return NewJob(checked, job, accepted, due if due > now else None, job_lock_keys(checked))
@@ -235,6 +251,9 @@ def job_submit(
     replay_of: Job | None = None,
     run_after: datetime | None = None,
     priority: int | None = None,
+    after: Sequence[UUID] = (),
+    after_failure: str = "run",
+    parent: Job | None = None,
 ) -> Job:
     """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
 
@@ -244,6 +263,9 @@ def job_submit(
     the elapsed budget starts then). `priority` (-100..100, higher runs first; None: the
     kind's `@handler(priority=...)`) orders due work (docs/architecture.md, "Priorities");
     it is not part of the request's identity: a replay returns the job at its own priority.
+    `after` (job ids of the job's tenant, or of the owner's personal jobs) makes it wait until
+    every one of them ended; `after_failure` ("run" or "cancel") says what a dependency that
+    failed or was cancelled does to it (jobs.links). `parent` is set by `ctx.submit`.
     """
     request = SubmitRequest(
         kind,
@@ -258,8 +280,16 @@ def job_submit(
         replay_of,
         run_after,
         priority,
+        after,
+        after_failure,
+        parent,
     )
-    new = _job_new(job_check(request))
+    return job_submit_checked(job_check(request))
+
+
+def job_submit_checked(checked: CheckedSubmit) -> Job:
+    """`job_submit` of a request `job_check` passed: its replay, else its rows."""
+    new = _job_new(checked)
     replayed = _replayed(new)
     if replayed is not None:
         return replayed
@@ -285,7 +315,10 @@ def _insert_new(new: NewJob) -> None:
     """Write the new job's rows by the cheapest strategy its rules allow."""
     serialization_key = new.checked.request.serialization_key
     business_key = new.checked.request.business_key
-    if (
+    if new.checked.request.after:
+        with transaction.atomic():
+            _insert_waiting(new)
+    elif (
         serialization_key
         and not business_key
         and not connection.in_atomic_block
@@ -305,6 +338,18 @@ def _insert_new(new: NewJob) -> None:
         message = dispatch.job_execute_message(new.job, available_at=new.later)
         insert_together(new.job, new.accepted, message)
         outbox_after_commit(message)
+
+
+def _insert_waiting(new: NewJob) -> None:
+    """A job with `after`: its rows with a dormant outbox row, older versions of its business
+    key superseded, then its dependencies (which release it at once if all ended already).
+    No admission now: it is not active until released, and its claim applies the rules."""
+    request = new.checked.request
+    dormant = dispatch.job_execute_message(new.job, available_at=links.DORMANT_AT)
+    insert_together(new.job, new.accepted, dormant)
+    if request.business_key:
+        _supersede_older_versions(new.job)
+    links.dependencies_record(new.job, request.after, after_failure=request.after_failure)
 
 
 def _insert_keyed(new: NewJob, serialization_key: str) -> None:

@@ -3,6 +3,7 @@ module per concern; every model is importable from here, as Django expects)."""
 
 from jobs.models.job import Job, JobEvent, StoredObject, Tenant
 from jobs.models.ledger import EffectLedgerEntry, EffectState, QuarantineRecord, QuarantineStatus
+from jobs.models.links import JobDependency
 from jobs.models.ops import Counter, DrainSample, WorkerHeartbeat
 from jobs.models.schedule import Schedule, ScheduleAction, ScheduleEvent, ScheduleSource
 
@@ -12,6 +13,7 @@ __all__ = [
     "EffectLedgerEntry",
     "EffectState",
     "Job",
+    "JobDependency",
     "JobEvent",
     "QuarantineRecord",
     "QuarantineStatus",

@@ -87,6 +87,23 @@ class Job(models.Model):
         db_index=False,
     )
 
+    # The job whose handler submitted this one (`ctx.submit`), committed with its success.
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        db_index=False,
+        editable=False,
+    )
+    # Fan-in (`after=`, jobs.links): how many of the jobs it waits for have not ended yet;
+    # NULL for a job submitted without `after`. The database counts it down (the trigger
+    # jobs_job_after_state) and releases the job, waiting -> queued, at 0.
+    waiting_for = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # Some waiting job names this one in its `after`: only such a job's end runs the trigger.
+    has_waiters = models.BooleanField(default=False, db_default=False, editable=False)
+
     state = models.CharField(max_length=20, choices=choices(), default=JobState.QUEUED.value)
     attempt = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=5)
@@ -216,6 +233,11 @@ class Job(models.Model):
                 fields=["replay_of"],
                 condition=Q(replay_of__isnull=False),
                 name="jobs_job_replay_of_idx",
+            ),
+            models.Index(
+                fields=["parent", "created_at"],
+                condition=Q(parent__isnull=False),
+                name="jobs_job_parent_idx",
             ),
             # Accepted per minute on /ops/ and reconciliation windows read by creation time.
             models.Index(fields=["created_at"], name="jobs_job_created_idx"),

@@ -22,7 +22,9 @@ FUNCTIONS = (
     "jobs_claim_many",
     "jobs_complete_many",
     "jobs_complete_many_hand_over",
+    "jobs_dependency_ended",
     "jobs_heartbeat_many",
+    "jobs_job_after_state",
 )
 
 

@@ -1,0 +1,191 @@
+"""Follow-ups (`ctx.submit`) and fan-in (`after=`): written with the parent's success only,
+released by the database whatever path ends a dependency (jobs.links)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+import jobs
+import tests.kinds_links  # noqa: F401  (registers the kinds in this process too)
+from jobs import batch, services
+from jobs.exceptions import InvalidDependency
+from jobs.links import DORMANT_AT
+from jobs.models import Job, JobEvent, QuarantineRecord
+from jobs.quarantine import quarantine_discard
+from jobs.runtime import Outcome
+from outbox.models import OutboxEntry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _rows_stay_in_the_outbox(settings: Any) -> None:
+    """In-process runs: nothing is published."""
+    settings.OUTBOX_FAST_PATH = False
+
+
+def _job(pk: Any) -> Job:
+    return Job.objects.get(pk=pk)
+
+
+def _result(pk: Any) -> dict[str, Any]:
+    result = _job(pk).result
+    assert isinstance(result, dict)
+    return result
+
+
+def _message(pk: Any) -> OutboxEntry:
+    [row] = OutboxEntry.objects.filter(job_id=pk)
+    return row
+
+
+def test_follow_ups__written_with_the_parent_success__linked_to_it(user: Any) -> None:
+    parent = jobs.submit(kind="links.fan_out", input={"n": 3}, owner=user)
+
+    assert jobs.execute(parent.pk).outcome is Outcome.SUCCEEDED
+
+    result = _result(parent.pk)
+    children = list(Job.objects.filter(parent=parent).order_by("pk"))
+    assert [str(c.pk) for c in children] == sorted(result["children"])
+    assert {(c.kind, c.state, c.owner_id, c.tenant_id) for c in children} == {
+        ("links.leaf", "queued", user.pk, None)
+    }
+    assert all(_message(c.pk).available_at < DORMANT_AT for c in children)
+
+
+def test_follow_ups__a_failed_parent_submits_nothing(user: Any) -> None:
+    parent = jobs.submit(
+        kind="links.fan_out", input={"n": 3, "join": True, "fail": True}, owner=user
+    )
+
+    assert jobs.execute(parent.pk).outcome is Outcome.QUARANTINED
+
+    assert not Job.objects.filter(parent=parent).exists()
+    assert Job.objects.count() == 1
+
+
+def test_fan_in__waits_for_every_child__then_runs_once_with_their_outcomes(user: Any) -> None:
+    parent = jobs.submit(kind="links.fan_out", input={"n": 3, "join": True}, owner=user)
+    assert jobs.execute(parent.pk).outcome is Outcome.SUCCEEDED
+    result = _result(parent.pk)
+    join_id, leaves = UUID(result["join"]), [UUID(c) for c in result["children"]]
+    join = _job(join_id)
+    assert (join.state, join.waiting_for, join.parent_id) == ("waiting", 3, parent.pk)
+    assert _message(join_id).available_at == DORMANT_AT
+    assert jobs.execute(join_id).outcome is Outcome.DEFERRED  # a stray message runs nothing
+
+    for done, leaf in enumerate(leaves[:2], start=1):
+        assert jobs.execute(leaf).outcome is Outcome.SUCCEEDED
+        assert (_job(join_id).state, _job(join_id).waiting_for) == ("waiting", 3 - done)
+    assert jobs.execute(leaves[2]).outcome is Outcome.SUCCEEDED
+
+    released = _job(join_id)
+    assert (released.state, released.waiting_for) == ("queued", 0)
+    assert released.next_attempt_at is not None
+    assert _message(join_id).available_at <= released.next_attempt_at
+    assert jobs.execute(join_id).outcome is Outcome.SUCCEEDED
+    seen = _result(join_id)["dependencies"]
+    assert [(d["id"], d["state"], d["result"]) for d in seen] == [
+        (str(leaf), "succeeded", {"i": i})
+        for i, leaf in sorted(enumerate(leaves), key=lambda x: x[1])
+    ]
+    reasons = list(JobEvent.objects.filter(job_id=join_id).values_list("to_state", "reason"))
+    assert reasons[:2] == [("waiting", "accepted"), ("queued", "released: every dependency ended")]
+
+
+def test_after__existing_jobs_already_ended__released_at_once(user: Any) -> None:
+    leaf = jobs.submit(kind="links.leaf", input={}, owner=user)
+    assert jobs.execute(leaf.pk).outcome is Outcome.SUCCEEDED
+
+    join = jobs.submit(kind="links.join", input={}, owner=user, after=[leaf.pk])
+
+    assert (join.state, _job(join.pk).state, join.waiting_for) == ("queued", "queued", 0)
+    assert _message(join.pk).available_at < DORMANT_AT
+
+
+def test_after__unknown_or_another_owners_job__refused_nothing_written(
+    user: Any, other_user: Any
+) -> None:
+    theirs = jobs.submit(kind="links.leaf", input={}, owner=other_user)
+    for after in ([theirs.pk], ["00000000-0000-7000-8000-000000000000"], ["not an id"]):
+        with pytest.raises(InvalidDependency):
+            jobs.submit(kind="links.join", input={}, owner=user, after=after)
+    assert Job.objects.count() == 1
+    assert not _job(theirs.pk).has_waiters
+
+
+def test_after__a_failed_dependency__runs_the_waiter__or_cancels_it(user: Any) -> None:
+    bad = jobs.submit(kind="links.leaf", input={"fail": True}, owner=user)
+    good = jobs.submit(kind="links.leaf", input={}, owner=user)
+    runs = jobs.submit(kind="links.join", input={}, owner=user, after=[bad.pk, good.pk])
+    cancels = jobs.submit(
+        kind="links.join", input={}, owner=user, after=[bad.pk, good.pk], after_failure="cancel"
+    )
+    after_cancelled = jobs.submit(kind="links.join", input={}, owner=user, after=[cancels.pk])
+
+    assert jobs.execute(bad.pk).outcome is Outcome.QUARANTINED
+    assert _job(runs.pk).state == _job(cancels.pk).state == "waiting"  # quarantine: not ended
+    record = QuarantineRecord.objects.get(job_id=bad.pk)
+    quarantine_discard(record_id=record.pk, actor="operator", note="bad input")  # -> failed
+
+    assert _job(cancels.pk).state == "cancelled"
+    assert _job(cancels.pk).error_category == "dependency_failed"
+    assert not OutboxEntry.objects.filter(job_id=cancels.pk).exists()  # its dormant row went
+    assert _job(after_cancelled.pk).state == "queued"  # a cancel ends a job: released
+    assert _job(runs.pk).state == "waiting"
+    assert jobs.execute(good.pk).outcome is Outcome.SUCCEEDED
+    assert _job(runs.pk).state == "queued"
+
+
+def test_after__a_waiting_job_cancelled__its_dormant_message_dropped(user: Any) -> None:
+    leaf = jobs.submit(kind="links.leaf", input={}, owner=user)
+    join = jobs.submit(kind="links.join", input={}, owner=user, after=[leaf.pk])
+
+    services.job_cancel(job_id=join.pk, actor="test")
+
+    assert _job(join.pk).state == "cancelled"
+    assert not OutboxEntry.objects.filter(job_id=join.pk).exists()
+    assert jobs.execute(leaf.pk).outcome is Outcome.SUCCEEDED  # nothing left to release
+
+
+def test_after__a_dependency_cancelled_from_queued__releases(user: Any) -> None:
+    leaf = jobs.submit(kind="links.leaf", input={}, owner=user)
+    join = jobs.submit(kind="links.join", input={}, owner=user, after=[leaf.pk])
+
+    services.job_cancel(job_id=leaf.pk, actor="test")
+
+    assert _job(join.pk).state == "queued"
+
+
+def _items(*batch_jobs: Job) -> list[dict[str, Any]]:
+    return [{"job_id": str(j.pk), "kind": j.kind, "kind_version": 1} for j in batch_jobs]
+
+
+def test_follow_ups__a_parent_whose_lease_was_lost__submits_nothing(user: Any) -> None:
+    parent = jobs.submit(kind="links.stolen", input={}, owner=user)
+
+    assert jobs.execute(parent.pk).outcome is Outcome.STALE
+
+    assert not Job.objects.filter(parent=parent).exists()
+
+
+def test_follow_ups__group_commit__written_for_the_jobs_whose_fence_held(user: Any) -> None:
+    fan_out = jobs.submit(kind="links.fan_out_batched", input={"n": 2, "join": True}, owner=user)
+    plain = jobs.submit(kind="links.leaf", input={}, owner=user)
+    lost = jobs.submit(kind="links.stolen", input={}, owner=user)
+
+    reports = batch.execute_many(_items(fan_out, plain, lost))
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.STALE]
+    assert Job.objects.filter(parent=fan_out).count() == 3
+    assert not Job.objects.filter(parent=lost).exists()
+    join = Job.objects.get(parent=fan_out, kind="links.join")
+    assert (join.state, join.waiting_for) == ("waiting", 2)
+    leaves = list(Job.objects.filter(parent=fan_out, kind="links.leaf"))
+
+    assert [r.outcome for r in batch.execute_many(_items(*leaves))] == [Outcome.SUCCEEDED] * 2
+
+    assert _job(join.pk).state == "queued"
