@@ -131,12 +131,11 @@ def _definition(spec: ScheduleSpec) -> dict[str, Any]:
     }
 
 
+DEFINITION_FIELDS = ("kind", "cron", "timezone", "catch_up", "catch_up_seconds", "input", "source")
+
+
 def _row_definition(row: Schedule) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in _definition_names()}
-
-
-def _definition_names() -> tuple[str, ...]:
-    return ("kind", "cron", "timezone", "catch_up", "catch_up_seconds", "input", "source")
+    return {name: getattr(row, name) for name in DEFINITION_FIELDS}
 
 
 def _event(
@@ -178,11 +177,13 @@ def _schedule_create(spec: ScheduleSpec, *, now: datetime) -> None:
 
 def _schedule_redefine(row: Schedule, spec: ScheduleSpec, *, now: datetime) -> None:
     """A definition changed in code: the next tick follows the new one from the cursor on.
-    Guarded on the old definition, so of two tickers syncing it one records the change."""
+    Guarded on the old definition, so of two tickers syncing it one records the change, and
+    on the cursor (a ticker that moved it meanwhile: the next sync writes the change)."""
     old = _row_definition(row)
     new = _definition(spec)
     with transaction.atomic():
-        changed = Schedule.objects.filter(pk=row.pk, **old).update(
+        guard = Schedule.objects.filter(pk=row.pk, decided_through=row.decided_through, **old)
+        changed = guard.update(
             **new, next_tick=spec.next_tick(row.decided_through), seen_at=now, updated_at=now
         )
         if changed:
