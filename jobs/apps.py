@@ -31,6 +31,10 @@ class JobsConfig(AppConfig):
         registry.autoload()
         celery_hooks.connect()
         maintenance_schedule_add(celery_hooks.jobs_schedule())
+        from .callbacks import checks as callback_checks  # noqa: F401  (registers them)
+        from .callbacks.tasks import callbacks_schedule
+
+        maintenance_schedule_add(callbacks_schedule())
         from .dispatch import EXECUTE_MANY_TASK, EXECUTE_TASK, batchable
 
         batch_rule_add(EXECUTE_TASK, batch_task=EXECUTE_MANY_TASK, accepts=batchable)

@@ -45,6 +45,7 @@ _JOB_COLUMNS = (  # a field of rows.job_values, by its name as a column
     "serialization_key",
     "max_attempts",
     "priority",
+    "callback_url",
     "next_attempt_at",
     "deadline",
 )

@@ -13,6 +13,15 @@ from typing import Any
 from outbox.conf import AppSettings, Setting
 
 
+class SecretSetting[T](Setting[T]):
+    """A setting that holds secrets: a problem with it never quotes its value."""
+
+    def problem(self, value: object) -> str | None:
+        if not isinstance(value, type(self.default)):
+            return f"must be a {type(self.default).__name__}, got {type(value).__name__}"
+        return None
+
+
 class JobsSettings(AppSettings):
     prefix = "JOBS_"
 
@@ -142,6 +151,44 @@ class JobsSettings(AppSettings):
         "jobs-scheduler",
         "Username that owns the jobs of periodic schedules (created on first use, with no "
         "password and no staff rights).",
+    )
+
+    CALLBACK_SECRETS: Setting[dict[str, str | list[str]]] = SecretSetting(
+        {},
+        "Signing secrets of completion callbacks by tenant name ('' for jobs without a "
+        "tenant): a `whsec_<base64>` secret or a list of them, newest first; each is used to "
+        "sign (rotation). A job whose tenant has none cannot name a callback_url.",
+    )
+    CALLBACK_ALLOW_HTTP: Setting[bool] = Setting(
+        False, "Accept http:// callback URLs (https:// only by default)."
+    )
+    CALLBACK_ALLOWED_NETWORKS: Setting[list[str]] = Setting(
+        [],
+        "Networks (CIDR) a callback may reach although they are not public (loopback, "
+        "private, link-local...): refused by default.",
+    )
+    CALLBACK_INTERVAL: Setting[float] = Setting(
+        1.0, "Seconds between the callback sender's runs (beat).", positive=True
+    )
+    CALLBACK_TIMEOUT: Setting[float] = Setting(
+        10.0, "Longest time of one callback attempt, connect to answer (seconds).", positive=True
+    )
+    CALLBACK_MAX_ATTEMPTS: Setting[int] = Setting(
+        12, "Attempts of one callback delivery before it fails.", positive=True
+    )
+    CALLBACK_MAX_ELAPSED: Setting[float] = Setting(
+        86400.0,
+        "Seconds after a job's end past which its callback is not retried.",
+        positive=True,
+    )
+    CALLBACK_BASE_DELAY: Setting[float] = Setting(
+        5.0, "Backoff of a callback's first retry (full jitter, doubling).", positive=True
+    )
+    CALLBACK_MAX_DELAY: Setting[float] = Setting(
+        3600.0, "Cap of a callback's retry backoff (seconds).", positive=True
+    )
+    CALLBACK_BATCH: Setting[int] = Setting(
+        20, "Deliveries one sender run claims and sends at once.", positive=True
     )
 
 

@@ -49,6 +49,11 @@ class IdempotencyConflict(JobError):
     """The same idempotency key was used with a different request."""
 
 
+class InvalidCallbackUrl(JobError, ValueError):
+    """A `callback_url` the library will not call: a scheme, a host or an address it refuses,
+    or a job whose tenant has no callback secret (JOBS_CALLBACK_SECRETS)."""
+
+
 class UnknownKind(JobError):
     """No handler is registered for this kind (at submission time)."""
 

@@ -41,6 +41,7 @@ class SubmitRequest(NamedTuple):
     after: Sequence[UUID] = ()  # the jobs it waits for (jobs.links)
     after_failure: str = "run"  # what a dependency's failure does to it (jobs.links)
     parent: Job | None = None  # the job whose handler submitted it (`ctx.submit`)
+    callback_url: str | None = None  # where its end is announced (jobs.callbacks)
     job_id: UUID | None = None  # its id, made beforehand (`ctx.submit` returns it); None: new
 
 
@@ -105,6 +106,7 @@ def job_values(checked: CheckedSubmit, now: datetime) -> dict[str, Any]:
         "parent": request.parent,
         "max_attempts": policy.max_attempts,
         "priority": job_priority(checked),
+        "callback_url": request.callback_url,
         "next_attempt_at": due,
         "deadline": due + timedelta(seconds=policy.max_elapsed),
     }

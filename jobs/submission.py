@@ -30,6 +30,7 @@ from outbox.fastpath import writing
 from outbox.services import outbox_after_commit
 
 from . import admission, dispatch, links, registry, tracing
+from .callbacks.services import callback_check
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
 from .exceptions import IdempotencyConflict, InputTooLarge
@@ -63,9 +64,11 @@ def job_request_fingerprint(
     input_ref: UUID | None,
     tenant_id: int | None,
     after: Sequence[UUID] = (),
+    callback_url: str | None = None,
 ) -> str:
-    """What makes two submissions 'the same request' for idempotency (`after` only when
-    given: the fingerprints of requests without it stay what they were)."""
+    """What makes two submissions 'the same request' for idempotency (`after` and
+    `callback_url` only when given: the fingerprints of requests without them stay what they
+    were)."""
     body: dict[str, Any] = {
         "kind": kind,
         "input": input,
@@ -77,6 +80,8 @@ def job_request_fingerprint(
     }
     if after:
         body["after"] = sorted(str(pk) for pk in after)
+    if callback_url is not None:
+        body["callback_url"] = callback_url
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
@@ -188,6 +193,8 @@ def job_check(request: SubmitRequest) -> CheckedSubmit:
         )
     spec.validate(request.input)
     tenant = request.tenant
+    if request.callback_url is not None:
+        callback_check(request.callback_url, tenant=tenant)
     if spec.authorize_submit is not None:
         # Ids in the input must name rows of the job's tenant: Forbidden, a 404 through the API.
         spec.authorize_submit(owner=request.owner, tenant=tenant, input=request.input)
@@ -200,6 +207,7 @@ def job_check(request: SubmitRequest) -> CheckedSubmit:
         input_ref=request.input_ref.pk if request.input_ref else None,
         tenant_id=tenant.pk if tenant else None,
         after=request.after,
+        callback_url=request.callback_url,
     )
     return CheckedSubmit(request, spec, fingerprint)
 
@@ -254,6 +262,7 @@ def job_submit(
     after: Sequence[UUID] = (),
     after_failure: str = "run",
     parent: Job | None = None,
+    callback_url: str | None = None,
 ) -> Job:
     """Accept a job: Job + JobEvent + OutboxEntry commit together (or with the caller's data).
 
@@ -266,6 +275,8 @@ def job_submit(
     `after` (job ids of the job's tenant, or of the owner's personal jobs) makes it wait until
     every one of them ended; `after_failure` ("run" or "cancel") says what a dependency that
     failed or was cancelled does to it (jobs.links). `parent` is set by `ctx.submit`.
+    `callback_url` (jobs.callbacks) receives a signed POST once the job ends; an unsafe URL,
+    or a tenant without a signing secret, raises InvalidCallbackUrl.
     """
     request = SubmitRequest(
         kind,
@@ -283,6 +294,7 @@ def job_submit(
         after,
         after_failure,
         parent,
+        callback_url,
     )
     return job_submit_checked(job_check(request))
 

@@ -15,6 +15,7 @@ from jobs.exceptions import (
     Forbidden,
     IdempotencyConflict,
     InputTooLarge,
+    InvalidCallbackUrl,
     InvalidTransition,
     UnknownKind,
     ValidationFailed,
@@ -75,6 +76,8 @@ def _translate(exc: Exception) -> Exception:
         return Conflict(str(exc), code="invalid_transition")
     if isinstance(exc, InputTooLarge):
         return PayloadTooLarge(str(exc), code="input_too_large")
+    if isinstance(exc, InvalidCallbackUrl):
+        return exceptions.ValidationError({"callback_url": [str(exc)]}, code="invalid")
     if isinstance(exc, UnknownKind):
         return exceptions.ValidationError({"kind": [str(exc)]}, code="unknown_kind")
     if isinstance(exc, ValidationFailed):

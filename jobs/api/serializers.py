@@ -11,6 +11,9 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.utils import html
 
+from jobs.callbacks.destination import MAX_URL_LENGTH, callback_url_check
+from jobs.callbacks.selectors import job_callback_view
+from jobs.exceptions import InvalidCallbackUrl
 from jobs.models import Job, StoredObject
 from jobs.progress import PROGRESS_MESSAGE_MAX_LENGTH
 from jobs.states import CLIENT_STATUS, FINISHED, ClientStatus, JobState
@@ -138,6 +141,23 @@ class JobSubmitSerializer(ClosedSerializer):
         validators=[pattern_validator(SLUG_PATTERN, "tenant")],
         help_text="Tenant name; defaults to your only tenant.",
     )
+    callback_url = StrictCharField(
+        max_length=MAX_URL_LENGTH,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="An https URL that receives a signed POST (Standard Webhooks) once the job "
+        "succeeds, fails or is cancelled. Private, loopback and link-local addresses are "
+        "refused (a 400), as is a tenant the server has no callback secret for.",
+    )
+
+    def validate_callback_url(self, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return callback_url_check(value)
+        except InvalidCallbackUrl as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def validate_input(self, value: dict[str, Any]) -> dict[str, Any]:
         if _has_nul(value):
@@ -186,6 +206,32 @@ class JobProgressSerializer(serializers.Serializer[dict[str, Any]]):
     updated_at = serializers.DateTimeField()
 
 
+class CallbackAttemptSerializer(serializers.Serializer[dict[str, Any]]):
+    number = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    outcome = serializers.ChoiceField(choices=["sending", "delivered", "retry", "failed"])
+    status_code = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    duration_ms = serializers.IntegerField(allow_null=True)
+
+
+class CallbackDeliverySerializer(serializers.Serializer[dict[str, Any]]):
+    webhook_id = serializers.CharField(help_text="The `webhook-id` header: the same every try.")
+    event = serializers.CharField()
+    status = serializers.ChoiceField(choices=["pending", "delivered", "failed"])
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField(allow_blank=True)
+    attempts = CallbackAttemptSerializer(many=True)
+
+
+class JobCallbackSerializer(serializers.Serializer[dict[str, Any]]):
+    """The job's callback_url and the delivery of its end (null until it ends)."""
+
+    url = serializers.CharField()
+    delivery = CallbackDeliverySerializer(allow_null=True)
+
+
 class JobStatusSerializer(serializers.ModelSerializer[Job]):
     status = serializers.SerializerMethodField()
     attempts = serializers.IntegerField(source="attempt")
@@ -196,6 +242,7 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
     error = serializers.SerializerMethodField()
     cancel_requested = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
+    callback = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -215,6 +262,7 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
             "progress",
             "result_url",
             "error",
+            "callback",
         ]
         read_only_fields = fields
 
@@ -235,6 +283,11 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
         if not isinstance(value, dict):
             return None
         return {name: value.get(name) for name in ("done", "total", "message", "updated_at")}
+
+    @extend_schema_field(JobCallbackSerializer(allow_null=True))
+    def get_callback(self, job: Job) -> dict[str, Any] | None:
+        """Null without a callback_url (no query then)."""
+        return job_callback_view(job)
 
     @extend_schema_field(JobErrorSerializer(allow_null=True))
     def get_error(self, job: Job) -> dict[str, str] | None:

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
+from jobs.callbacks.selectors import with_callback_deliveries
 from jobs.conf import jobs_settings
 from jobs.selectors import jobs_visible_to
 from jobs.services import job_cancel
@@ -146,7 +147,7 @@ class JobListCreateView(ApiView):
             jobs = jobs.filter(state__in=[s.value for s in states])
         if "kind" in query:
             jobs = jobs.filter(kind=query["kind"])
-        page = self.paginate_queryset(jobs)
+        page = self.paginate_queryset(with_callback_deliveries(jobs))
         return self.get_paginated_response(JobStatusSerializer(page, many=True).data)
 
     @extend_schema(
@@ -206,6 +207,7 @@ class JobListCreateView(ApiView):
             serialization_key=data["serialization_key"],
             input_ref=input_ref,
             priority=data["priority"],
+            callback_url=data["callback_url"],
         )
         replayed = job.replayed
         if replayed and not jobs_visible_to(request.user).filter(pk=job.pk).exists():

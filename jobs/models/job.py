@@ -132,6 +132,10 @@ class Job(models.Model):
     # What the handler last reported of its progress (ctx.progress, written under the fence):
     # {"done", "total", "message", "updated_at"}; NULL until it reports. Never the input.
     progress = models.JSONField(null=True, blank=True, editable=False)
+    # Where the job's end is announced (jobs.callbacks): a signed POST once it succeeds, fails
+    # or is cancelled. NULL for most jobs, whose end then costs nothing more (the trigger's
+    # WHEN clause reads this column first).
+    callback_url = models.CharField(max_length=2048, null=True, blank=True, editable=False)
 
     # Not a column: True on the job `job_submit` returns when a repeated key found it there.
     replayed: bool = False

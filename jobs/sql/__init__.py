@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 # The functions defined here, by file stem: what the drift test compares.
 FUNCTIONS = (
     "jobs_admission_lock",
+    "jobs_callback_enqueue",
     "jobs_claim",
     "jobs_claim_lock_keys",
     "jobs_claim_many",
