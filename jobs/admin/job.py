@@ -10,6 +10,8 @@ from django.contrib import admin
 from django.contrib.admin.utils import display_for_value
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from jobs import registry
 from jobs.admin.base import (
@@ -28,6 +30,8 @@ from jobs.models import (
 from jobs.progress import progress_text
 from jobs.states import ACTIVE, JobState
 from outbox.generics import ModelAdmin
+
+DEPENDENCIES_SHOWN = 50  # on a job's page; the rest are counted
 
 
 class JobEventFormSet(CappedInlineFormSet[JobEvent]):
@@ -150,8 +154,12 @@ class JobAdmin(ReadOnlyAdmin[Job]):
 
     # Input and result are visible to staff here only; never in logs or metrics.
     readonly_fields = [
-        {"finished_at": "finished", "progress": "progress_shown"}.get(f.name, f.name)
-        for f in Job._meta.fields
+        *(
+            {"finished_at": "finished", "progress": "progress_shown"}.get(f.name, f.name)
+            for f in Job._meta.fields
+        ),
+        "children_shown",
+        "dependencies_shown",
     ]
     exclude = ("finished_at",)  # shown by `finished`, in its place
 
@@ -169,6 +177,29 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         text = progress_text(obj.progress)
         updated_at = obj.progress.get("updated_at") if isinstance(obj.progress, dict) else None
         return f"{text} (at {updated_at})" if updated_at and text != "-" else text
+
+    @admin.display(description="follow-ups (children)")
+    def children_shown(self, obj: Job) -> str:
+        """How many jobs its handler submitted (ctx.submit), linked to their list."""
+        count = Job.objects.filter(parent_id=obj.pk).count()
+        if not count:
+            return "-"
+        url = reverse("admin:jobs_job_changelist") + f"?parent__exact={obj.pk}"
+        return format_html('<a href="{}">{} job(s)</a>', url, count)
+
+    @admin.display(description="after (dependencies)")
+    def dependencies_shown(self, obj: Job) -> str:
+        """The jobs it waits (or waited) for, with their states (jobs.links)."""
+        rows = list(
+            Job.objects.filter(waiter_links__waiter_id=obj.pk)
+            .order_by("pk")
+            .values_list("pk", "state")[:DEPENDENCIES_SHOWN]
+        )
+        if not rows:
+            return "-"
+        links = format_html_join(", ", "{} ({})", ((job_link_html(pk), st) for pk, st in rows))
+        more = obj.dependency_links.count() - len(rows)
+        return format_html("{}{}", links, f" and {more} more" if more > 0 else "")
 
     @admin.display(description="worker")
     def worker(self, obj: Job) -> str:

@@ -16,6 +16,7 @@ from jobs.exceptions import (
     IdempotencyConflict,
     InputTooLarge,
     InvalidCallbackUrl,
+    InvalidDependency,
     InvalidTransition,
     UnknownKind,
     ValidationFailed,
@@ -80,6 +81,8 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.ValidationError({"callback_url": [str(exc)]}, code="invalid")
     if isinstance(exc, UnknownKind):
         return exceptions.ValidationError({"kind": [str(exc)]}, code="unknown_kind")
+    if isinstance(exc, InvalidDependency):
+        return exceptions.ValidationError({"after": [str(exc)]}, code="invalid_dependency")
     if isinstance(exc, ValidationFailed):
         return exceptions.ValidationError({"input": [str(exc)]}, code="invalid_input")
     if isinstance(exc, Forbidden):
@@ -101,7 +104,7 @@ def _translate(exc: Exception) -> Exception:
     return exc
 
 
-DOMAIN_CODES = frozenset({"unknown_kind", "invalid_input"})
+DOMAIN_CODES = frozenset({"unknown_kind", "invalid_input", "invalid_dependency"})
 
 
 def _code_of(exc: Exception) -> str:

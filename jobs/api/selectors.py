@@ -8,6 +8,8 @@ from collections.abc import Callable
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 
 from jobs.models import Job, StoredObject, Tenant
@@ -105,3 +107,16 @@ def job_wait_for_status_change(
         if CLIENT_STATUS[JobState(job.state)] != initial:
             break
     return job
+
+
+def jobs_with_children_count(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """`jobs` with `children_count` (the jobs each one's handler submitted), in the same
+    query: one probe of jobs_job_parent_idx per row."""
+    children = (
+        Job.objects.filter(parent_id=OuterRef("pk"))
+        .order_by()
+        .values("parent_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return jobs.annotate(children_count=Coalesce(Subquery(children), 0))

@@ -14,6 +14,7 @@ from rest_framework.utils import html
 from jobs.callbacks.destination import MAX_URL_LENGTH, callback_url_check
 from jobs.callbacks.selectors import job_callback_view
 from jobs.exceptions import InvalidCallbackUrl
+from jobs.links import AFTER_FAILURE_CHOICES, MAX_AFTER
 from jobs.models import Job, StoredObject
 from jobs.progress import PROGRESS_MESSAGE_MAX_LENGTH
 from jobs.states import CLIENT_STATUS, FINISHED, ClientStatus, JobState
@@ -159,6 +160,23 @@ class JobSubmitSerializer(ClosedSerializer):
         except InvalidCallbackUrl as exc:
             raise serializers.ValidationError(str(exc)) from None
 
+    after = serializers.ListField(
+        child=StrictUUIDField(),
+        required=False,
+        default=list,
+        max_length=MAX_AFTER,
+        help_text="Ids of jobs (yours, or your tenant's) this one waits for: it runs once every "
+        "one of them ended (succeeded, failed or cancelled; a quarantined job has not ended). "
+        "An id of no job you may name is a 400.",
+    )
+    after_failure = serializers.ChoiceField(
+        choices=list(AFTER_FAILURE_CHOICES),
+        required=False,
+        default="run",
+        help_text="With `after`: `run` (the default) runs this job once they all ended, "
+        "whatever their outcome; `cancel` cancels it as soon as one fails or is cancelled.",
+    )
+
     def validate_input(self, value: dict[str, Any]) -> dict[str, Any]:
         if _has_nul(value):
             raise serializers.ValidationError("strings in input cannot contain NUL characters")
@@ -242,6 +260,20 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
     error = serializers.SerializerMethodField()
     cancel_requested = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
+    # The metaclass pops declared fields: this does not shadow Field.parent (mypy thinks it does).
+    parent = serializers.UUIDField(  # type: ignore[assignment]
+        source="parent_id",
+        allow_null=True,
+        help_text="The job whose handler submitted this one (ctx.submit); null otherwise.",
+    )
+    children = serializers.SerializerMethodField(
+        help_text="How many jobs this job's handler submitted (list them: `?parent=<id>`)."
+    )
+    waiting_for = serializers.IntegerField(
+        allow_null=True,
+        help_text="With `after`: how many of those jobs have not ended yet (a job waiting for "
+        "them is `queued`); null for a job submitted without `after`.",
+    )
     callback = serializers.SerializerMethodField()
 
     class Meta:
@@ -262,6 +294,9 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
             "progress",
             "result_url",
             "error",
+            "parent",
+            "children",
+            "waiting_for",
             "callback",
         ]
         read_only_fields = fields
@@ -283,6 +318,11 @@ class JobStatusSerializer(serializers.ModelSerializer[Job]):
         if not isinstance(value, dict):
             return None
         return {name: value.get(name) for name in ("done", "total", "message", "updated_at")}
+
+    def get_children(self, job: Job) -> int:
+        """Annotated by the list (`children_count`); counted for one job."""
+        counted = getattr(job, "children_count", None)
+        return Job.objects.filter(parent_id=job.pk).count() if counted is None else int(counted)
 
     @extend_schema_field(JobCallbackSerializer(allow_null=True))
     def get_callback(self, job: Job) -> dict[str, Any] | None:
@@ -329,6 +369,9 @@ class JobListQuerySerializer(serializers.Serializer[dict[str, Any]]):
         required=False,
         validators=[pattern_validator(KIND_PATTERN, "kind")],
         help_text="Only jobs of this kind.",
+    )
+    parent = serializers.UUIDField(  # type: ignore[assignment]
+        required=False, help_text="Only the jobs this job's handler submitted (ctx.submit)."
     )
 
 

@@ -37,6 +37,7 @@ from .parsers import DepthLimitedJSONParser
 from .selectors import (
     job_visible_or_404,
     job_wait_for_status_change,
+    jobs_with_children_count,
     object_for_job_or_404,
     tenant_for_submission,
 )
@@ -133,7 +134,8 @@ class JobListCreateView(ApiView):
         summary="List the jobs you may see",
         description=(
             "Your jobs and your tenants' jobs, newest first, paginated. Filter by client status "
-            "and by kind. A parameter that does not match its schema, or that is given twice, is "
+            "and by kind, or list the jobs one job's handler submitted (`parent`). A parameter "
+            "that does not match its schema, or that is given twice, is "
             "a 400; a page past the last one is a 404."
         ),
         parameters=[JobListQuerySerializer, JobPageQuerySerializer],
@@ -147,7 +149,9 @@ class JobListCreateView(ApiView):
             jobs = jobs.filter(state__in=[s.value for s in states])
         if "kind" in query:
             jobs = jobs.filter(kind=query["kind"])
-        page = self.paginate_queryset(with_callback_deliveries(jobs))
+        if "parent" in query:
+            jobs = jobs.filter(parent_id=query["parent"])
+        page = self.paginate_queryset(with_callback_deliveries(jobs_with_children_count(jobs)))
         return self.get_paginated_response(JobStatusSerializer(page, many=True).data)
 
     @extend_schema(
@@ -207,6 +211,8 @@ class JobListCreateView(ApiView):
             serialization_key=data["serialization_key"],
             input_ref=input_ref,
             priority=data["priority"],
+            after=data["after"],
+            after_failure=data["after_failure"],
             callback_url=data["callback_url"],
         )
         replayed = job.replayed

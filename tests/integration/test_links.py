@@ -7,16 +7,20 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 import jobs
 import tests.kinds_links  # noqa: F401  (registers the kinds in this process too)
 from jobs import batch, services
 from jobs.exceptions import InvalidDependency
+from jobs.ids import uuid7
 from jobs.links import DORMANT_AT
 from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.quarantine import quarantine_discard
 from jobs.runtime import Outcome
 from outbox.models import OutboxEntry
+from tests.integration.api_helpers import error_code, submit, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -189,3 +193,61 @@ def test_follow_ups__group_commit__written_for_the_jobs_whose_fence_held(user: A
     assert [r.outcome for r in batch.execute_many(_items(*leaves))] == [Outcome.SUCCEEDED] * 2
 
     assert _job(join.pk).state == "queued"
+
+
+# --- API and admin ---------------------------------------------------------------------------
+
+
+def test_api__parent_children_and_waiting_for__shown_and_listed(alice: Any) -> None:
+    client = token_client(alice)
+    response = submit(client, {"kind": "links.fan_out", "input": {"n": 2, "join": True}})
+    assert response.status_code == 202, response.content
+    parent_id = response.json()["id"]
+    assert jobs.execute(parent_id).outcome is Outcome.SUCCEEDED
+
+    parent = client.get(f"/api/jobs/{parent_id}/").json()
+    assert (parent["parent"], parent["children"], parent["waiting_for"]) == (None, 3, None)
+    listed = client.get(f"/api/jobs/?parent={parent_id}").json()["results"]
+    assert len(listed) == 3 and {job["parent"] for job in listed} == {parent_id}
+    assert all(job["children"] == 0 for job in listed)
+    [join] = [job for job in listed if job["kind"] == "links.join"]
+    assert (join["status"], join["waiting_for"]) == ("queued", 2)  # waiting shows as queued
+    assert client.get("/api/jobs/?parent=not-an-id").status_code == 400
+
+
+def test_api__after__a_waiting_job__unknown_ids_a_400_nothing_written(
+    alice: Any, other_user: Any
+) -> None:
+    client = token_client(alice)
+    leaf = submit(client, {"kind": "links.leaf"}).json()["id"]
+    theirs = jobs.submit(kind="links.leaf", input={}, owner=other_user)
+
+    waiting = submit(client, {"kind": "links.join", "after": [leaf]})
+    refused = [
+        submit(client, {"kind": "links.join", "after": after})
+        for after in ([str(theirs.pk)], ["nope"], [leaf, str(uuid7())])
+    ]
+    wrong_choice = submit(client, {"kind": "links.join", "after": [leaf], "after_failure": "x"})
+
+    assert waiting.status_code == 202, waiting.content
+    body = client.get(f"/api/jobs/{waiting.json()['id']}/").json()
+    assert (body["status"], body["waiting_for"]) == ("queued", 1)
+    assert [r.status_code for r in [*refused, wrong_choice]] == [400] * 4
+    assert error_code(refused[0]) == "invalid_dependency"
+    assert Job.objects.count() == 3
+
+
+def test_admin__job_page__children_and_dependencies_linked(user: Any) -> None:
+    parent = jobs.submit(kind="links.fan_out", input={"n": 2, "join": True}, owner=user)
+    assert jobs.execute(parent.pk).outcome is Outcome.SUCCEEDED
+    join = Job.objects.get(parent=parent, kind="links.join")
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+
+    parent_page = client.get(f"/admin/jobs/job/{parent.pk}/change/").content.decode()
+    join_page = client.get(f"/admin/jobs/job/{join.pk}/change/").content.decode()
+    children = client.get(f"/admin/jobs/job/?parent__exact={parent.pk}")
+
+    assert f"?parent__exact={parent.pk}" in parent_page and "3 job(s)" in parent_page
+    assert join_page.count("(queued)") == 2  # its two dependencies, linked, with their states
+    assert children.status_code == 200 and str(join.pk) in children.content.decode()
