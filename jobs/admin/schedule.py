@@ -55,30 +55,52 @@ class ScheduleAdmin(ReadOnlyAdmin[Schedule]):
     list_display = (
         "name",
         "kind",
-        "cron",
-        "timezone",
+        "when",
         "catch_up",
         "state",
         "last_tick",
         "next_tick_shown",
         "submitted_ticks",
         "missed_ticks",
-        "paused_by",
-        "pause_note",
+    )
+    fieldsets = (
+        (None, {"fields": ("name", "state", "kind", "input", "source")}),
+        ("When", {"fields": ("cron", "timezone", "catch_up", "catch_up_seconds")}),
+        (
+            "Ticks",
+            {
+                "fields": (
+                    "decided_through",
+                    "last_tick",
+                    "last_job",
+                    "next_tick",
+                    "submitted_ticks",
+                    "missed_ticks",
+                    "seen_at",
+                )
+            },
+        ),
+        ("Pause", {"fields": ("paused", "paused_by", "paused_at", "pause_note")}),
     )
     list_filter = ("paused", "source", "catch_up")
     search_fields = ("name", "kind")
     ordering = ("name",)
     action_form = ScheduleActionForm
     actions = ("pause", "resume")
-    readonly_fields = ("last_job",)
+    readonly_fields = ("last_job", "state")
     inlines = (ScheduleEventInline,)
+
+    @admin.display(description="when")
+    def when(self, obj: Schedule) -> str:
+        return f"{obj.cron} ({obj.timezone})"
 
     @admin.display(description="state")
     def state(self, obj: Schedule) -> str:
+        if obj.paused:
+            return f"paused by {obj.paused_by}: {obj.pause_note}"
         if not scheduler.schedule_defined_recently(obj):
             return "not defined (no running ticker knows it)"
-        return "paused" if obj.paused else "active"
+        return "active"
 
     @admin.display(description="next tick", ordering="next_tick")
     def next_tick_shown(self, obj: Schedule) -> Any:
