@@ -75,3 +75,6 @@ def document_index(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
 
     ctx.local_effect("publish_index", publish)
     return {"document_id": document_id, "version": version, "terms": len(terms)}
+
+
+from . import ingest  # noqa: E402,F401  (the ingestion pipeline: document.ingest and its follow-ups)

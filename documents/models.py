@@ -67,3 +67,39 @@ class DocumentIndexLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id} v{self.version} applied={self.applied}"
+
+
+class DocumentChunkIndex(models.Model):
+    """The terms of one chunk of one revision, written by its `document.index_chunk` job as
+    a local effect (in the job's completion transaction, once: the effect ledger). No unique
+    constraint on purpose: a second row for a chunk would be a duplicate effect, and the
+    ingestion tests count them."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    version = models.PositiveIntegerField()
+    chunk = models.PositiveIntegerField()
+    terms = models.JSONField(default=dict)
+    job_id = models.UUIDField()
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["document", "version"], name="documents_chunk_doc_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.document_id} v{self.version} chunk {self.chunk}"
+
+
+class DocumentSummary(models.Model):
+    """A revision's summary, written by its `document.summarize` job (a local effect, as
+    DocumentChunkIndex; no unique constraint, so a duplicate would show)."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="summaries")
+    version = models.PositiveIntegerField()
+    chunks = models.PositiveIntegerField()  # how many chunk jobs it waited for
+    indexed = models.PositiveIntegerField()  # how many of them succeeded
+    terms = models.JSONField(default=dict)  # the top terms over the indexed chunks
+    job_id = models.UUIDField()
+    at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"summary of {self.document_id} v{self.version}"
