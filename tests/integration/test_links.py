@@ -3,11 +3,14 @@ released by the database whatever path ends a dependency (jobs.links)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
 import jobs
@@ -20,6 +23,7 @@ from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.quarantine import quarantine_discard
 from jobs.runtime import Outcome
 from outbox.models import OutboxEntry
+from tests.harness import wait_until
 from tests.integration.api_helpers import error_code, submit, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -251,3 +255,96 @@ def test_admin__job_page__children_and_dependencies_linked(user: Any) -> None:
     assert f"?parent__exact={parent.pk}" in parent_page and "3 job(s)" in parent_page
     assert join_page.count("(queued)") == 2  # its two dependencies, linked, with their states
     assert children.status_code == 200 and str(join.pk) in children.content.decode()
+
+
+# --- the release under concurrency, and its cost for ordinary jobs ---------------------------
+
+_END = (
+    "UPDATE jobs_job SET state = 'cancelled', finished_at = now(), updated_at = now() WHERE id = %s"
+)
+
+
+def _blocked_on_a_lock(pid: int | None = None) -> bool:
+    """A session of this database (that one, or any other than ours) waits for a lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND (%s::int IS NULL OR pid = %s::int)",
+            [pid, pid],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def test_two_dependencies_ending_at_once__exactly_one_of_them_releases(user: Any) -> None:
+    """Each end counts down under the waiter's row lock: the second waits for the first's
+    commit, then sees its count."""
+    a, b = (jobs.submit(kind="links.leaf", input={}, owner=user) for _ in range(2))
+    join = jobs.submit(kind="links.join", input={}, owner=user, after=[a.pk, b.pk])
+    params = connection.get_connection_params()
+    with psycopg.connect(**params) as first, psycopg.connect(**params) as second:
+        first.execute(_END, [a.pk])  # counts 2 -> 1, holding the waiter's row lock
+        thread = threading.Thread(target=lambda: (second.execute(_END, [b.pk]), second.commit()))
+        thread.start()
+        wait_until(lambda: _blocked_on_a_lock(second.info.backend_pid), what="the second end")
+        first.commit()
+        thread.join(timeout=30)
+
+    released = _job(join.pk)
+    assert (released.state, released.waiting_for) == ("queued", 0)
+    assert JobEvent.objects.filter(job_id=join.pk, to_state="queued").count() == 1
+    assert _message(join.pk).available_at < DORMANT_AT
+
+
+def test_after__a_dependency_ending_while_the_waiter_is_submitted__counted_once(
+    user: Any,
+) -> None:
+    """The submit locks its dependencies: one that ends meanwhile is read as ended once its
+    transaction commits (released at once), never missed by both."""
+    dependency = jobs.submit(kind="links.leaf", input={}, owner=user)
+    submitted: dict[str, Job] = {}
+
+    def submit_waiter() -> None:
+        try:
+            submitted["job"] = jobs.submit(
+                kind="links.join", input={}, owner=user, after=[dependency.pk]
+            )
+        finally:
+            connection.close()
+
+    params = connection.get_connection_params()
+    with psycopg.connect(**params) as ender:
+        ender.execute(_END, [dependency.pk])  # ended, not committed: the row stays locked
+        thread = threading.Thread(target=submit_waiter)
+        thread.start()
+        wait_until(_blocked_on_a_lock, what="the submit to wait for the dependency's row")
+        ender.commit()
+        thread.join(timeout=30)
+
+    waiter = _job(submitted["job"].pk)
+    assert (waiter.state, waiter.waiting_for) == ("queued", 0)
+    assert not _job(dependency.pk).has_waiters  # ended before it was named: no trigger to run
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def test_trigger__never_called_for_a_job_without_links(user: Any) -> None:
+    """With the trigger's function replaced by one that raises (in a transaction rolled back
+    at once), an ordinary job finishes; a job with waiters does not: the WHEN clause alone
+    keeps ordinary jobs' state changes off the function."""
+    ordinary = jobs.submit(kind="links.leaf", input={}, owner=user)
+    named = jobs.submit(kind="links.leaf", input={}, owner=user)
+    jobs.submit(kind="links.join", input={}, owner=user, after=[named.pk])
+    raising = (
+        "CREATE OR REPLACE FUNCTION jobs_job_after_state() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN RAISE EXCEPTION 'called for %', NEW.id; END; $$"
+    )
+    with pytest.raises(_RolledBack), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(raising)
+        cursor.execute(_END, [ordinary.pk])  # queued -> cancelled: no call
+        with pytest.raises(DatabaseError, match="called for"), transaction.atomic():
+            cursor.execute(_END, [named.pk])
+        raise _RolledBack
+    assert _job(ordinary.pk).state == "queued"  # rolled back with the replacement
