@@ -284,7 +284,12 @@ def test_two_dependencies_ending_at_once__exactly_one_of_them_releases(user: Any
     params = connection.get_connection_params()
     with psycopg.connect(**params) as first, psycopg.connect(**params) as second:
         first.execute(_END, [a.pk])  # counts 2 -> 1, holding the waiter's row lock
-        thread = threading.Thread(target=lambda: (second.execute(_END, [b.pk]), second.commit()))
+
+        def end_b() -> None:
+            second.execute(_END, [b.pk])
+            second.commit()
+
+        thread = threading.Thread(target=end_b)
         thread.start()
         wait_until(lambda: _blocked_on_a_lock(second.info.backend_pid), what="the second end")
         first.commit()
