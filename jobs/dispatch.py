@@ -37,11 +37,13 @@ def job_execute_message(
     *,
     available_at: datetime | None = None,
     fast_path: bool | None = None,
+    priority: int | None = None,
 ) -> OutboxEntry:
     """The (unsaved) outbox row that brings `job` to a worker.
 
     The message carries the job's id plus hints a worker uses to claim it in one round trip
-    (generation, kind, kind version); the database row stays the only truth."""
+    (generation, kind, kind version); the database row stays the only truth. `priority`:
+    the message's, when not the job's own (`message_priority`)."""
     job_id = job.job_id if isinstance(job, Lease) else job.pk
     return outbox_entry_new(
         task_name=EXECUTE_TASK,
@@ -52,7 +54,7 @@ def job_execute_message(
         ),
         available_at=available_at,
         fast_path=fast_path,
-        priority=message_priority(job),
+        priority=message_priority(job) if priority is None else priority,
     )
 
 
@@ -109,16 +111,24 @@ def job_enqueue_execute(
     *,
     available_at: datetime | None = None,
     fast_path: bool | None = None,
+    priority: int | None = None,
 ) -> None:
     """The one way work reaches a worker: an outbox row in the caller's transaction."""
-    outbox_save(job_execute_message(job, available_at=available_at, fast_path=fast_path))
+    outbox_save(
+        job_execute_message(job, available_at=available_at, fast_path=fast_path, priority=priority)
+    )
 
 
 def job_republish(job: Job, *, reason: str, actor: str, fast_path: bool | None = None) -> None:
     """A new message for a waiting job whose message is lost or late, and the event that says
     who sent it and why (its state does not change). The caller holds the job's row lock and
-    has checked that the job still needs it; a message too many is absorbed by the claim."""
-    job_enqueue_execute(job, fast_path=fast_path)
+    has checked that the job still needs it; a message too many is absorbed by the claim.
+
+    The message goes at the top priority (registry.PRIORITY_MAX), whatever the job's own: a
+    job that waited past its delivery deadline was either lost or kept back by higher bands
+    in the broker, and either way it has waited long enough. This is the aging that bounds
+    how long a low band can starve (docs/architecture.md, "Priorities")."""
+    job_enqueue_execute(job, fast_path=fast_path, priority=registry.PRIORITY_MAX)
     job_event_record(job, from_state=job.state, to_state=job.state, reason=reason, actor=actor)
 
 

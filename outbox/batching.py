@@ -24,10 +24,12 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .conf import outbox_settings
-from .models import OutboxEntry
+
+if TYPE_CHECKING:
+    from .models import OutboxEntry
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +84,27 @@ def _chunks(rows: list[OutboxEntry], most: int) -> Iterable[list[OutboxEntry]]:
 def band(priority: int) -> int:
     """The packing band of a priority: -1 below the default 0, 0 at it, 1 above."""
     return (priority > 0) - (priority < 0)
+
+
+# A band's message priority, by the broker's meaning of the number. kombu's Redis transport
+# keeps one list per priority step (0, 3, 6, 9) and its consumers pop the lists in that
+# order: 0 first. A message that names none (a previous release's, another task's) goes to
+# the list of 0, with the highest band. AMQP queues declared with x-max-priority deliver the
+# highest number first; one that names none counts as 0, below every band.
+_BROKER_PRIORITY = {
+    "redis": {1: 0, 0: 3, -1: 6},
+    "amqp": {1: 8, 0: 5, -1: 2},
+}
+
+
+def broker_priority(priority: int, driver_type: str) -> int | None:
+    """The message priority a row of `priority` is published with over a transport of
+    `driver_type` (kombu's: "redis", "amqp"), or None: send it without one (a transport
+    without priorities, or OUTBOX_BROKER_PRIORITIES off)."""
+    if not outbox_settings.BROKER_PRIORITIES:
+        return None
+    steps = _BROKER_PRIORITY.get(driver_type)
+    return None if steps is None else steps[band(priority)]
 
 
 def _accepts(rule: BatchRule, row: OutboxEntry) -> bool:

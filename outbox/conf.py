@@ -132,6 +132,12 @@ class OutboxSettings(AppSettings):
     FAST_PATH: Setting[bool] = Setting(
         True, "Publish a due row right after its transaction commits."
     )
+    BROKER_PRIORITIES: Setting[bool] = Setting(
+        True,
+        "Publish each message with its band's broker priority, so a higher band already in "
+        "the broker is delivered first (Redis: one list per band; RabbitMQ: queues declared "
+        "with x-max-priority). False: every message in one FIFO.",
+    )
     RELAY_INTERVAL: Setting[float] = Setting(
         1.0, "Seconds between the beat's relay sweeps.", positive=True
     )

@@ -132,7 +132,7 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
         for message in messages_of(rows):
             try:
                 with publish_traced(message.task_name, message.kwargs) as kwargs:
-                    send(message.task_name, kwargs, message.queue)
+                    send(message.task_name, kwargs, message.queue, message.priority)
             except Exception as exc:  # broker trouble: back off these rows, keep going
                 for row_id in message.ids:
                     errors[row_id] = f"{type(exc).__name__}: {exc}"[:500]

@@ -4,21 +4,21 @@ it sends a task message: the message `send_task` makes, over a producer the proc
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery, current_app
 from django.utils.module_loading import import_string
 from kombu import Producer
 from kombu.utils.uuid import uuid
 
+from .batching import broker_priority
 from .conf import outbox_settings
 from .exceptions import BrokerNotConfigured
 from .kombu_redis import with_kept_client
@@ -133,20 +133,34 @@ def _parentage(app: Celery, options: dict[str, Any]) -> tuple[str | None, str | 
 
 
 def task_message_send(
-    app: Celery, producer: Producer, name: str, kwargs: dict[str, Any], queue: str
+    app: Celery,
+    producer: Producer,
+    name: str,
+    kwargs: dict[str, Any],
+    queue: str,
+    priority: int | None = None,
 ) -> None:
     """Publish `name(**kwargs)` to `queue`: the protocol-2 message `app.send_task` publishes
-    (ignore_result, retried per RETRY_POLICY on broker errors, which then raise)."""
+    (ignore_result, retried per RETRY_POLICY on broker errors, which then raise). `priority`:
+    the message's broker priority (outbox.batching.broker_priority); None: the task's own, as
+    send_task gives it."""
     kwargsrepr = repr(kwargs)  # a few ids: plain repr, not Celery's slower saferepr
     plan = _plan_of(app, name, queue)
+    given = {} if priority is None else {"priority": priority}
     if plan is None:
         app.send_task(
             name, kwargs=kwargs, queue=queue, producer=producer, ignore_result=True,
             argsrepr="()", kwargsrepr=kwargsrepr, retry=True, retry_policy=RETRY_POLICY,
+            **given,  # type: ignore[arg-type]  # celery-types lacks send_task's **options
         )  # fmt: skip
         return
     options = dict(
-        plan.options, argsrepr="()", kwargsrepr=kwargsrepr, retry=True, retry_policy=RETRY_POLICY
+        plan.options,
+        argsrepr="()",
+        kwargsrepr=kwargsrepr,
+        retry=True,
+        retry_policy=RETRY_POLICY,
+        **given,
     )
     if plan.route_each:
         options = app.amqp.router.route(options, name, (), kwargs, plan.task)
@@ -226,24 +240,54 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-Send = Callable[[str, dict[str, Any], str], None]
+class Send(Protocol):
+    """One publish of `task_sender`. `priority` is the row's (-100..100):
+    outbox.batching.broker_priority maps it to the number of the producer's transport; None
+    sends what send_task would (the task's own, or its parent's)."""
+
+    def __call__(
+        self, name: str, kwargs: dict[str, Any], queue: str, priority: int | None = None
+    ) -> None: ...
+
+
+def _driver_type(producer: Producer) -> str:
+    """kombu's name of the transport under `producer` ("redis", "amqp", ...)."""
+    connection = producer.connection
+    return "" if connection is None else str(getattr(connection.transport, "driver_type", ""))
+
+
+def _on_broker(priority: int | None, producer: Producer) -> int | None:
+    return None if priority is None else broker_priority(priority, _driver_type(producer))
 
 
 @contextmanager
 def task_sender(app: Celery) -> Iterator[Send]:
-    """`send(name, kwargs, queue)` for one publish call (task_message_send), over the producer
-    this process keeps when no other thread is using it, else over one from the pool."""
+    """`send(name, kwargs, queue, priority)` for one publish call (task_message_send), over
+    the producer this process keeps when no other thread is using it, else over one from the
+    pool."""
     app = getattr(app, "_get_current_object", lambda: app)()  # current_app is a proxy
     held = _held_for(app, require_broker(app))
     if not held.lock.acquire(blocking=False):
         with app.producer_or_acquire() as pooled:
-            yield functools.partial(task_message_send, app, pooled)
+
+            def send_pooled(
+                name: str, kwargs: dict[str, Any], queue: str, priority: int | None = None
+            ) -> None:
+                on_broker = _on_broker(priority, pooled)
+                task_message_send(app, pooled, name, kwargs, queue, on_broker)
+
+            yield send_pooled
         return
     try:
 
-        def send(name: str, kwargs: dict[str, Any], queue: str) -> None:
+        def send(
+            name: str, kwargs: dict[str, Any], queue: str, priority: int | None = None
+        ) -> None:
             try:
-                task_message_send(app, held.producer_locked(), name, kwargs, queue)
+                producer = held.producer_locked()
+                task_message_send(
+                    app, producer, name, kwargs, queue, _on_broker(priority, producer)
+                )
             except BaseException:
                 held.drop_locked()
                 raise

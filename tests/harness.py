@@ -25,7 +25,41 @@ from demo.procs import Child, child_pids, free_port, redis_ping
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "Harness", "PrivateRedis", "Proc", "free_port", "harness_for", "wait_until"]
+__all__ = [
+    "ROOT",
+    "Harness",
+    "PrivateRedis",
+    "Proc",
+    "free_port",
+    "harness_for",
+    "queue_envelopes",
+    "queue_length",
+    "wait_until",
+]
+
+# kombu's Redis transport keeps a queue's messages in one list per priority step: the queue's
+# own name for step 0, `<queue>\x06\x16<step>` for 3, 6 and 9; consumers pop them in that
+# order. The outbox publishes each priority band to its own step (outbox.batching).
+PRIORITY_STEPS = (0, 3, 6, 9)
+
+
+def queue_keys(queue: str) -> list[str]:
+    """The Redis lists of `queue`, in the order consumers take from them."""
+    return [queue] + [f"{queue}\x06\x16{step}" for step in PRIORITY_STEPS[1:]]
+
+
+def queue_envelopes(client: Any, queue: str = "jobs") -> list[bytes]:
+    """Every raw message waiting in `queue`, in the order consumers will take them: list by
+    list, oldest first within each (kombu pushes to the head)."""
+    raw: list[bytes] = []
+    for key in queue_keys(queue):
+        raw.extend(reversed(client.lrange(key, 0, -1)))
+    return raw
+
+
+def queue_length(client: Any, queue: str = "jobs") -> int:
+    """Messages waiting in `queue`, every priority list counted."""
+    return sum(int(client.llen(key)) for key in queue_keys(queue))
 
 
 def wait_until(
@@ -244,7 +278,7 @@ class Harness:
 
         client = redis.Redis.from_url(self.broker_url)
         try:
-            return int(client.llen(queue)) == 0 and int(client.hlen("unacked")) == 0
+            return queue_length(client, queue) == 0 and int(client.hlen("unacked")) == 0
         finally:
             client.close()
 
@@ -334,7 +368,7 @@ def broker_job_ids(broker_url: str, queue: str = "jobs") -> list[str]:
 
     client = redis.Redis.from_url(broker_url)
     try:
-        raw = client.lrange(queue, 0, -1)
+        raw = queue_envelopes(client, queue)
     finally:
         client.close()
     ids: list[str] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from jobs.context import JobContext
@@ -16,6 +17,18 @@ from jobs.exceptions import TransientError
 from jobs.registry import handler
 
 CALLS_FILE_ENV = "JOBS_TEST_CALLS_FILE"
+
+
+def started_kinds(calls_file: str) -> list[str]:
+    """The kinds of the jobs in the order their handlers started (first call of each job)."""
+    seen: set[str] = set()
+    kinds: list[str] = []
+    for line in Path(calls_file).read_text().splitlines():
+        kind, job_id, _ = line.split()
+        if job_id not in seen:
+            seen.add(job_id)
+            kinds.append(kind)
+    return kinds
 
 
 def _record(kind: str, ctx: JobContext) -> None:

@@ -101,9 +101,7 @@ def blocked_by_caps(job: Job) -> bool:
 def lost_job_ids(*, stale_after: float, limit: int = 1000) -> list[UUID]:
     """Lost work, caps included, at most `limit` ids."""
     found: list[UUID] = []
-    candidates = lost_jobs(stale_after=stale_after).only(
-        "id", "kind", "kind_version", "tenant_id", "priority"
-    )
+    candidates = lost_jobs(stale_after=stale_after).only("id", "kind", "kind_version", "tenant_id")
     # One bounded fetch (a server-side cursor gets a much slower plan here); capped jobs
     # beyond it are found by the next run.
     for job in candidates[: limit * 4]:

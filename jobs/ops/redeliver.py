@@ -266,16 +266,7 @@ def undelivered_candidates(*, job_ids: list[UUID], published_before: datetime) -
         )
         .filter(entry_published_at__lt=published_before)
         .exclude(Q(serialization_key__isnull=False) & Exists(earlier_in_key()))
-        .only(
-            "id",
-            "kind",
-            "kind_version",
-            "tenant_id",
-            "generation",
-            "state",
-            "next_attempt_at",
-            "priority",
-        )
+        .only("id", "kind", "kind_version", "tenant_id", "generation", "state", "next_attempt_at")
         .order_by("next_attempt_at")
     )
 

@@ -21,11 +21,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.chaos.private_pg import PrivatePostgres
-from tests.harness import Harness, PrivateRedis, Proc
+from tests.harness import Harness, PrivateRedis, Proc, queue_envelopes
 
 logger = logging.getLogger(__name__)
 
 WORKER_APP_PREFIX = "chaos-worker"
+# A periodic schedule in the mix: every second, ticked by the maintenance process (only its
+# environment defines it, in JOBS_SCHEDULES), caught up in full after every fault; the soak
+# pauses it before the drain and checks each tick ran once (tests.chaos.checker).
+SOAK_SCHEDULE = "chaos-tick"
+SOAK_SCHEDULES = {
+    SOAK_SCHEDULE: {
+        "kind": "chaos.sleep",
+        "cron": "* * * * * *",
+        "catch_up": "all",
+        "input": {"seconds": 0.05},
+    }
+}
 LEASE_SECONDS = 2.0  # the chaos kinds' lease; a SIGSTOP must outlast it
 
 FAULTS: tuple[str, ...] = (
@@ -121,6 +133,7 @@ class Cluster:
         env = self.harness.base_env(
             PGAPPNAME="chaos-maintenance",
             JOBS_HANDLER_MODULES="tests.kinds_chaos",
+            JOBS_SCHEDULES=json.dumps(SOAK_SCHEDULES),
             LOG_LEVEL="WARNING",
         )
         self.maintenance = self.harness.spawn(f"maintenance-{len(self.harness.procs)}", argv, env)
@@ -346,7 +359,7 @@ def broker_waiting_job_ids(redis_url: str, queue: str = "jobs") -> set[str] | No
     import redis
 
     try:
-        raw = redis.Redis.from_url(redis_url, socket_timeout=5).lrange(queue, 0, -1)
+        raw = queue_envelopes(redis.Redis.from_url(redis_url, socket_timeout=5), queue)
     except redis.RedisError:
         return None
     ids: set[str] = set()
@@ -382,7 +395,8 @@ def repair_lost_work(*, redis_url: str, stale_after: float = 4.0) -> int:
 
 
 def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> None:
-    """Reap expired leases every `interval`; repair lost work every `reconcile_every`.
+    """Reap expired leases and tick the schedules every `interval`; repair lost work every
+    `reconcile_every`.
 
     Repair is `repair_lost_work` (jobs.ops.reconcile plus a look at the queue), in-process
     so a round costs milliseconds.
@@ -391,11 +405,13 @@ def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> 
     from django.db import close_old_connections
 
     from jobs.reaper import jobs_reap
+    from jobs.scheduler import schedules_tick
 
     last_reconcile = 0.0
     while True:
         try:
             jobs_reap()
+            schedules_tick()
             if time.monotonic() - last_reconcile > reconcile_every:
                 last_reconcile = time.monotonic()
                 repaired = repair_lost_work(redis_url=settings.CELERY_BROKER_URL)

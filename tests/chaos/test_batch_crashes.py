@@ -39,7 +39,7 @@ from jobs.effects import effect_idempotency_key
 from jobs.models import EffectLedgerEntry, Job, JobEvent, QuarantineRecord
 from jobs.reaper import jobs_reap
 from outbox.models import OutboxEntry
-from tests.harness import Harness, Proc, wait_until
+from tests.harness import Harness, Proc, queue_envelopes, wait_until
 from tests.kinds_batch_chaos import EFFECT_NAME, EFFECTS, LOG_DIR_ENV, STARTS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
@@ -78,11 +78,11 @@ def broker_messages(harness: Harness, queue: str = "jobs") -> list[tuple[str, li
     first (kombu pushes to the head of the list)."""
     client = redis.Redis.from_url(harness.broker_url)
     try:
-        raw = client.lrange(queue, 0, -1)
+        raw = queue_envelopes(client, queue)
     finally:
         client.close()
     messages = []
-    for item in reversed(raw):
+    for item in raw:
         message = json.loads(item)
         kwargs = json.loads(base64.b64decode(message["body"]))[1]
         items = kwargs.get("items", [kwargs])
@@ -94,10 +94,10 @@ def waiting_task_ids(harness: Harness, queue: str = "jobs") -> list[str]:
     """The Celery task id of every message waiting in the queue, oldest first."""
     client = redis.Redis.from_url(harness.broker_url)
     try:
-        raw = client.lrange(queue, 0, -1)
+        raw = queue_envelopes(client, queue)
     finally:
         client.close()
-    return [json.loads(item)["headers"]["id"] for item in reversed(raw)]
+    return [json.loads(item)["headers"]["id"] for item in raw]
 
 
 def unacked_task_ids(harness: Harness) -> list[str]:

@@ -37,7 +37,7 @@ from jobs.identity import lease_owner_worker
 from jobs.models import Job, JobEvent, QuarantineRecord
 from jobs.outcomes import Outcome
 from outbox.models import OutboxEntry
-from tests.harness import Harness, Proc, wait_until
+from tests.harness import Harness, Proc, queue_envelopes, wait_until
 from tests.kinds_exits import STOPS
 from tests.settings_tasks import TASKS_FOR_TESTS
 
@@ -249,7 +249,7 @@ def batch_messages(harness: Harness) -> list[list[str]]:
     """The job ids of each message waiting in the private Redis queue `jobs`."""
     client = redis.Redis.from_url(harness.broker_url)
     try:
-        raw = client.lrange("jobs", 0, -1)
+        raw = queue_envelopes(client, "jobs")
     finally:
         client.close()
     bodies = [json.loads(base64.b64decode(json.loads(item)["body"]))[1] for item in raw]

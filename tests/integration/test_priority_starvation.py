@@ -5,7 +5,6 @@ within the bound (docs/architecture.md, "Priorities")."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ import tests.kinds_priority  # noqa: F401  (registers the priority kinds in this
 from jobs.models import Job
 from jobs.states import JobState
 from tests.harness import Harness, wait_until
+from tests.kinds_priority import started_kinds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,18 +38,6 @@ def _unfinished(ids: list[Any]) -> int:
     return Job.objects.filter(pk__in=ids).exclude(state=JobState.SUCCEEDED.value).count()
 
 
-def _starts(calls_file: str) -> list[str]:
-    """The kinds of the jobs in the order their handlers started (first call of each job)."""
-    seen: set[str] = set()
-    kinds: list[str] = []
-    for line in Path(calls_file).read_text().splitlines():
-        kind, job_id, _ = line.split()
-        if job_id not in seen:
-            seen.add(job_id)
-            kinds.append(kind)
-    return kinds
-
-
 def test_priority_starvation__1000_low_then_a_stream_of_high__high_first_every_low_in_bound(
     user: Any, harness: Harness, settings: Any, calls_file: str
 ) -> None:
@@ -71,7 +59,7 @@ def test_priority_starvation__1000_low_then_a_stream_of_high__high_first_every_l
     wait_until(lambda: _unfinished(high) == 0, timeout=120, what="the high stream to drain")
     # Among the first 200 starts, high jobs outnumber low ones (3 in 4 of each reservation
     # go by priority), though all 1,000 low rows were older.
-    first = _starts(calls_file)[:200]
+    first = started_kinds(calls_file)[:200]
     print(
         f"\n[priority starvation] {LOWS} low done in {low_done_after:.1f}s behind "
         f"{len(high)} high; high in the first 200 starts: {first.count('prio.high')}"

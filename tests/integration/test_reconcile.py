@@ -18,7 +18,7 @@ from jobs.models import EffectLedgerEntry, Job, JobEvent
 from jobs.ops.reconcile import lost_jobs, reconcile_run
 from outbox.models import OutboxEntry
 from tests.conftest import point_celery_at
-from tests.harness import PrivateRedis, harness_for, wait_until
+from tests.harness import PrivateRedis, harness_for, queue_length, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,12 +54,12 @@ def test_reconcile_repairs_jobs_lost_by_redis_restart__messages_gone(
     submitted = [jobs.submit(kind="noop", input={"n": i}, owner=user) for i in range(5)]
     wait_until(_all_published, timeout=30, what="fast path to publish every job")
     broker = redis.Redis(port=lossy_redis.port)
-    assert broker.llen("jobs") == 5  # the messages are in Redis, nobody consumes them yet
+    assert queue_length(broker) == 5  # the messages are in Redis, nobody consumes them yet
     broker.close()
 
     lossy_redis.restart()  # no persistence: the five messages are gone
     _point_celery(lossy_redis.url)
-    assert redis.Redis(port=lossy_redis.port).llen("jobs") == 0
+    assert queue_length(redis.Redis(port=lossy_redis.port)) == 0
 
     with harness_for(lossy_redis.url) as h:
         check = h.manage("jobs_reconcile", "--json", "--stale-after", "0", check=False)

@@ -18,6 +18,7 @@ from jobs.models import Job
 from outbox.batching import messages_of
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
+from tests.harness import queue_envelopes
 from tests.kinds_batch import OTHER_QUEUE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +30,7 @@ def broker_messages(client: redis.Redis, queue: str = "jobs") -> list[Message]:
     """(task name, kwargs) of every message waiting in `queue`, oldest first (kombu's Redis
     transport LPUSHes a JSON envelope whose body is base64 of [args, kwargs, embed])."""
     messages = []
-    for raw in reversed(client.lrange(queue, 0, -1)):
+    for raw in queue_envelopes(client, queue):
         envelope = json.loads(raw)
         args, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
         assert args == []

@@ -18,6 +18,7 @@ from outbox import failpoints, relay
 from outbox.failpoints import FailpointTriggered
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
+from tests.harness import queue_length
 from tests.integration.test_relay_batching import broker_messages, job_ids_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +51,7 @@ def test_the_process_that_lost_the_answer__publishes_the_rows_at_its_next_reserv
 ) -> None:
     submitted = [jobs.submit(kind="noop", input={}, owner=user) for _ in range(3)]
     held = _lose_the_answer_of_a_reservation()
-    assert broker.llen("jobs") == 0  # nothing was published
+    assert queue_length(broker) == 0  # nothing was published
 
     result = outbox_relay_batch()
 
@@ -71,7 +72,7 @@ def test_another_relay__still_waits_for_the_reservation_to_lapse(
     relay._unanswered.clear()  # what another process knows of that reservation: nothing
 
     assert outbox_relay_batch().reserved == 0
-    assert broker.llen("jobs") == 0
+    assert queue_length(broker) == 0
 
     OutboxEntry.objects.update(reserved_until=timezone.now())  # the reservation lapses
     assert outbox_relay_batch().published == 1

@@ -27,7 +27,7 @@ from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
 from outbox.transport import RETRY_POLICY, celery_app, task_sender
 from tests.conftest import point_celery_at
-from tests.harness import Harness, PrivateRedis, wait_until
+from tests.harness import Harness, PrivateRedis, queue_envelopes, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,8 +40,9 @@ def relay_only(settings: Any) -> None:
 
 
 def envelopes(client: redis.Redis, queue: str = "jobs") -> list[dict[str, Any]]:
-    """Every message waiting in `queue` as kombu's Redis transport stored it, oldest first."""
-    return [json.loads(raw) for raw in reversed(client.lrange(queue, 0, -1))]
+    """Every message waiting in `queue` as kombu's Redis transport stored it, in the order
+    consumers take them (every priority list; oldest first within each)."""
+    return [json.loads(raw) for raw in queue_envelopes(client, queue)]
 
 
 def _without_ids(envelope: dict[str, Any]) -> dict[str, Any]:

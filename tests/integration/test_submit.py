@@ -14,7 +14,7 @@ from jobs.exceptions import IdempotencyConflict
 from jobs.models import Job, JobEvent
 from outbox import marks
 from outbox.models import OutboxEntry
-from tests.harness import Harness
+from tests.harness import Harness, queue_length
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +26,7 @@ class CallerFailure(Exception):
 def broker_queue_length(harness: Harness, queue: str = "jobs") -> int:
     client = redis.Redis.from_url(harness.broker_url)
     try:
-        return int(client.llen(queue))
+        return queue_length(client, queue)
     finally:
         client.close()
 
