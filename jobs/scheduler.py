@@ -172,7 +172,8 @@ def _schedule_create(spec: ScheduleSpec, *, now: datetime) -> None:
             },
         )
         if created:
-            _event(row, ScheduleAction.CREATED, **_definition(spec))
+            # The first cursor: its ticks are those after it (what checks count from).
+            _event(row, ScheduleAction.CREATED, **_definition(spec), after=now.isoformat())
 
 
 def _schedule_redefine(row: Schedule, spec: ScheduleSpec, *, now: datetime) -> None:

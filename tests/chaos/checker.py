@@ -227,3 +227,65 @@ def check_run(
             "no duplicate delivery and no stale write was rejected: the run tested nothing"
         )
     return report
+
+
+@dataclass
+class ScheduleCheck:
+    """One schedule after a run: its ticks' jobs, and what is wrong with them."""
+
+    ticks: list[Any] = field(default_factory=list)  # the tick of each job, in order
+    expected: list[Any] = field(default_factory=list)  # every tick it had to decide
+    missed: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ticks": len(self.ticks), "expected": len(self.expected), "missed": self.missed}
+
+
+def check_schedule(name: str, *, no_gap: bool) -> ScheduleCheck:
+    """No tick has two jobs, and every tick from the schedule's first cursor to its last one
+    was run once or counted missed; with `no_gap` (its policy is `all`, or nothing was ever
+    late enough to miss) none was missed."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from jobs.models import Job, Schedule, ScheduleEvent
+    from jobs.ticks import ticks_between
+
+    found = ScheduleCheck()
+    row = Schedule.objects.filter(name=name).first()
+    if row is None:
+        found.violations.append(f"schedule {name} was never synced")
+        return found
+    created = ScheduleEvent.objects.get(schedule=row, action="created")
+    first_cursor = datetime.fromisoformat(created.details["after"])
+    prefix = f"schedule:{name}@"
+    keys = Job.objects.filter(business_key__startswith=prefix).values_list(
+        "business_key", flat=True
+    )
+    found.ticks = sorted(
+        datetime.strptime(str(k).removeprefix(prefix), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        for k in keys
+    )
+    zone = ZoneInfo(row.timezone)
+    found.expected = list(
+        ticks_between(row.cron, zone, after=first_cursor, until=row.decided_through)
+    )
+    found.missed = row.missed_ticks
+    if len(found.ticks) != len(set(found.ticks)):
+        found.violations.append(f"schedule {name}: a tick has two jobs")
+    if not set(found.ticks) <= set(found.expected):
+        found.violations.append(f"schedule {name}: a job for a tick outside its cursor")
+    if row.submitted_ticks != len(found.ticks):
+        found.violations.append(
+            f"schedule {name}: {row.submitted_ticks} ticks counted submitted, "
+            f"{len(found.ticks)} jobs"
+        )
+    if row.submitted_ticks + row.missed_ticks != len(found.expected):
+        found.violations.append(
+            f"schedule {name}: {row.submitted_ticks} submitted + {row.missed_ticks} missed "
+            f"!= {len(found.expected)} ticks decided"
+        )
+    if no_gap and (found.missed or found.ticks != found.expected):
+        found.violations.append(f"schedule {name}: ticks missed or a gap")
+    return found

@@ -13,20 +13,18 @@ import time
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from django_celery_results.models import TaskResult
 
 from jobs.models import Job, Schedule
-from jobs.ticks import ticks_between
+from tests.chaos.checker import ScheduleCheck, check_schedule
 from tests.harness import Harness, Proc, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
 NAME = "every-second"
 PREFIX = f"schedule:{NAME}@"
-UTC_ZONE = ZoneInfo("UTC")
 DOWN_SECONDS = 5  # how long the beat stays dead: the outage under test
 
 
@@ -64,15 +62,8 @@ def row() -> Schedule | None:
     return Schedule.objects.filter(name=NAME).first()
 
 
-def tick_times() -> list[datetime]:
-    """The tick of every job the schedule submitted, in order (duplicates kept)."""
-    keys = Job.objects.filter(business_key__startswith=PREFIX).values_list(
-        "business_key", flat=True
-    )
-    return sorted(
-        datetime.strptime(str(key).removeprefix(PREFIX), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        for key in keys
-    )
+def tick_count() -> int:
+    return Job.objects.filter(business_key__startswith=PREFIX).count()
 
 
 def decided_past(moment: datetime) -> bool:
@@ -80,32 +71,12 @@ def decided_past(moment: datetime) -> bool:
     return current is not None and current.decided_through >= moment
 
 
-def created_at() -> datetime:
-    """The schedule's first cursor: the ticker's clock when it first synced it."""
-    first = row()
-    assert first is not None
-    return first.created_at
-
-
-def all_ticks(after: datetime, through: datetime) -> list[datetime]:
-    return list(ticks_between("* * * * * *", UTC_ZONE, after=after, until=through))
-
-
-def assert_every_tick_once_or_missed(first_cursor: datetime) -> tuple[list[datetime], int]:
-    """No tick has two jobs; every tick up to the cursor has a job or was counted missed."""
-    final = row()
-    assert final is not None
-    ticks = tick_times()
-    assert len(ticks) == len(set(ticks)), "a tick has two jobs"
-    expected = all_ticks(first_cursor, final.decided_through)
-    assert set(ticks) <= set(expected)
-    assert final.submitted_ticks == len(ticks)
-    assert final.submitted_ticks + final.missed_ticks == len(expected), (
-        final.submitted_ticks,
-        final.missed_ticks,
-        len(expected),
-    )
-    return ticks, final.missed_ticks
+def every_tick_once_or_missed(*, no_gap: bool) -> ScheduleCheck:
+    """No tick has two jobs; every tick since the first cursor has a job or was counted
+    missed (tests.chaos.checker, as the soak checks it)."""
+    found = check_schedule(NAME, no_gap=no_gap)
+    assert found.violations == [], (found.violations, found.as_dict())
+    return found
 
 
 def test_two_beats_two_workers_60_ticks__one_job_per_tick__no_gap(harness: Harness) -> None:
@@ -117,20 +88,15 @@ def test_two_beats_two_workers_60_ticks__one_job_per_tick__no_gap(harness: Harne
         wait_until(worker.ready_or_exited, timeout=60, what=f"{worker.name} to be ready")
         assert worker.alive(), worker.log()[-3000:]
     beats = [start_beat(harness, f"beat-{n}", env) for n in (1, 2)]
-    wait_until(row, timeout=60, what="a ticker to sync the schedule")
-    first_cursor = row().decided_through  # type: ignore[union-attr]
-
-    wait_until(lambda: len(tick_times()) >= 60, timeout=150, interval=0.5, what="60 ticks' jobs")
+    wait_until(lambda: tick_count() >= 60, timeout=150, interval=0.5, what="60 ticks' jobs")
     for beat in beats:
         beat.stop()
     for worker in workers:
         worker.stop()
 
-    ticks, missed = assert_every_tick_once_or_missed(first_cursor)
-    assert missed == 0
-    gaps = [b - a for a, b in pairwise(ticks) if b - a != timedelta(seconds=1)]
-    assert gaps == [], gaps
-    assert len(ticks) >= 60
+    found = every_tick_once_or_missed(no_gap=True)  # one job per tick, none missed, no gap
+    gaps = [b - a for a, b in pairwise(found.ticks) if b - a != timedelta(seconds=1)]
+    assert gaps == [] and len(found.ticks) >= 60, gaps
     for beat in beats:  # both beats sent the ticker...
         assert "Sending due task jobs-schedules" in beat.log(), beat.log()[-2000:]
     runs = TaskResult.objects.filter(task_name="jobs.maintenance.schedules").values_list(
@@ -151,9 +117,7 @@ def test_beat_killed_and_restarted_across_ticks__each_tick_once__caught_up_by_po
     env = schedule_env(catch_up)
     start_ticker_worker(harness, "tick-1", env)
     beat = start_beat(harness, "beat-1", env)
-    wait_until(row, timeout=60, what="the ticker to sync the schedule")
-    first_cursor = row().decided_through  # type: ignore[union-attr]
-    wait_until(lambda: len(tick_times()) >= 5, timeout=60, interval=0.2, what="5 ticks")
+    wait_until(lambda: tick_count() >= 5, timeout=60, interval=0.2, what="5 ticks")
 
     beat.signal(signal.SIGKILL)
     wait_until(lambda: not beat.alive(), timeout=10, what="beat to die")
@@ -169,15 +133,12 @@ def test_beat_killed_and_restarted_across_ticks__each_tick_once__caught_up_by_po
     )
     harness.stop_all()
 
-    ticks, missed = assert_every_tick_once_or_missed(first_cursor)
-    outage = [t for t in ticks if killed_at + timedelta(seconds=1) < t < restarted_at]
-    if catch_up == "all":
-        assert missed == 0
-        assert ticks == all_ticks(first_cursor, ticks[-1])  # no gap: the outage caught up
-        assert len(outage) >= DOWN_SECONDS - 2
-    else:
-        # The restarted ticker ran the newest due tick and counted the rest missed.
-        assert missed >= DOWN_SECONDS - 2, missed
+    found = every_tick_once_or_missed(no_gap=catch_up == "all")
+    outage = [t for t in found.ticks if killed_at + timedelta(seconds=1) < t < restarted_at]
+    if catch_up == "all":  # no gap: the outage's ticks caught up, each once
+        assert len(outage) >= DOWN_SECONDS - 2, outage
+    else:  # the restarted ticker ran the newest due tick and counted the rest missed
+        assert found.missed >= DOWN_SECONDS - 2, found.missed
         assert len(outage) <= 1, outage
 
 
@@ -198,8 +159,7 @@ def test_ticker_killed_after_submitting_before_the_cursor__ticks_submitted_once_
         what="the ticker's pool process to die three times after submitting",
     )
     crashing.stop()
-    assert tick_times() == []  # every crash rolled its tick's jobs back with the cursor
-    first_cursor = row().decided_through  # type: ignore[union-attr]
+    assert tick_count() == 0  # every crash rolled its tick's jobs back with the cursor
     crashed_until = datetime.now(UTC)
 
     start_ticker_worker(harness, "tick-clean", env)
@@ -211,7 +171,5 @@ def test_ticker_killed_after_submitting_before_the_cursor__ticks_submitted_once_
     )
     harness.stop_all()
 
-    ticks, missed = assert_every_tick_once_or_missed(first_cursor)
-    assert missed == 0
-    assert ticks == all_ticks(first_cursor, ticks[-1])
-    assert ticks[0] <= crashed_until - timedelta(seconds=2)  # the crashes' ticks, run once
+    found = every_tick_once_or_missed(no_gap=True)
+    assert found.ticks[0] <= crashed_until - timedelta(seconds=2)  # the crashes' ticks, once
