@@ -33,6 +33,7 @@ RETURN_VALUE = "return_value"  # the key of Job.result that holds the task's ret
 
 STATUS: dict[JobState, TaskResultStatus] = {
     JobState.QUEUED: TaskResultStatus.READY,
+    JobState.WAITING: TaskResultStatus.READY,  # a job with `after=` (jobs.links)
     JobState.RETRY_WAIT: TaskResultStatus.READY,
     JobState.LEASED: TaskResultStatus.RUNNING,
     JobState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,

@@ -58,3 +58,17 @@ def test_finished_states__cannot_be_leased_again() -> None:
 
 def test_succeeded_to_queued__is_not_a_transition() -> None:
     assert not can_transition(JobState.SUCCEEDED, JobState.QUEUED)
+
+
+def test_every_state__has_a_django_tasks_status() -> None:
+    from jobs.tasks_backend.results import STATUS
+
+    assert set(STATUS) == set(JobState)
+
+
+def test_waiting__shows_as_queued__and_is_neither_claimable_nor_finished() -> None:
+    from jobs.states import ACTIVE, CLIENT_STATUS, ClientStatus
+
+    assert CLIENT_STATUS[JobState.WAITING] is ClientStatus.QUEUED
+    assert JobState.WAITING not in CLAIMABLE | FINISHED | ACTIVE
+    assert TRANSITIONS[JobState.WAITING] == {JobState.QUEUED, JobState.CANCELLED}
