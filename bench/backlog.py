@@ -94,7 +94,8 @@ def submit_chunks(owner: Any, n: int, chunk: int) -> None:
 
 
 def queued(client: redis.Redis, queue: str) -> int:
-    """Messages waiting in a kombu Redis queue (its priority lists included)."""
+    """Messages waiting in a kombu Redis queue (its priority lists included: the outbox
+    publishes each priority band to its own)."""
     keys = [queue] + [f"{queue}\x06\x16{p}" for p in (3, 6, 9)]
     return sum(int(client.llen(k)) for k in keys)
 
@@ -125,10 +126,22 @@ class Window:
         return out
 
 
-def durable_drain(b: Bench, db: str, owner: Any, n: int, c: int, *, analyze: bool) -> Drain:
+def durable_drain(
+    b: Bench,
+    db: str,
+    owner: Any,
+    n: int,
+    c: int,
+    *,
+    analyze: bool,
+    submit: Callable[[Any, int], None] | None = None,
+    name: str | None = None,
+) -> Drain:
     """One durable round. The tables were ANALYZEd empty (the statistics of a quiet system
     before a burst); with `analyze`, they are ANALYZEd again once the backlog is in, before
-    the workers start (what autovacuum does within a minute or so of a burst)."""
+    the workers start (what autovacuum does within a minute or so of a burst). `submit(owner,
+    n)` writes the backlog (default: `submit_chunks` of plain noop jobs); `name` names the
+    contender."""
     from outbox import marks
 
     client = redis.Redis(host="127.0.0.1", port=b.redis.port, db=BROKER_DB)
@@ -140,7 +153,7 @@ def durable_drain(b: Bench, db: str, owner: Any, n: int, c: int, *, analyze: boo
     meter = PgCpuMeter([db]).start()
     window = Window(b)
     started = time.perf_counter()
-    submit_chunks(owner, n, CHUNK)
+    (submit or (lambda who, k: submit_chunks(who, k, CHUNK)))(owner, n)
     submit_s = time.perf_counter() - started
     marks.stop()  # mark what is queued now and close the thread's connection: no idle wait
     messages = queued(client, "jobs")
@@ -185,7 +198,7 @@ def durable_drain(b: Bench, db: str, owner: Any, n: int, c: int, *, analyze: boo
     if row is None or row[0] is None or int(row[1]) != n:
         raise RuntimeError(f"durable drain: (seconds, succeeded, batched) = {row} for {n} jobs")
     drain_s, batched = float(row[0]), int(row[2])
-    name = "durable_analyzed" if analyze else "durable"
+    name = name or ("durable_analyzed" if analyze else "durable")
     return Drain(name, n, drain_s, submit_s, messages, cpu, commits, batched)
 
 

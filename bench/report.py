@@ -106,6 +106,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         from bench import slowlink_report
 
         out += slowlink_report.targets(results["slowlink"])
+    if results.get("priority"):
+        from bench import priority_report
+
+        out += priority_report.targets(results["priority"])
     scale = results.get("scale")
     if scale:
         ratio = scale["ratio_1m_vs_10k"]
@@ -324,6 +328,10 @@ def _tables(results: dict[str, Any]) -> list[str]:
         from bench import slowlink_report
 
         lines += slowlink_report.table(results["slowlink"])
+    if results.get("priority"):
+        from bench import priority_report
+
+        lines += priority_report.table(results["priority"])
     return lines
 
 
@@ -622,6 +630,7 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "python bench/run_all.py --only backlog --backlog 2000 --concurrency 2",
         "python bench/run_all.py --only slowlink --write-docs  # make bench-slow-link: "
         "section 9 alone",
+        "python bench/run_all.py --only priority --write-docs  # section 10 alone",
         "python bench/run_all.py --render       # rewrite this file from var/bench/last.json",
         "```",
         "",

@@ -2,13 +2,13 @@
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
        python bench/run_all.py [--quick] [--only submit,submitmany,relay,latency,e2e,cpu,
-                                                 calls,backlog,scale,serial,slowlink]
+                                                 calls,backlog,scale,serial,slowlink,priority]
                                [--jobs N] [--backlog N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
 others print only (results in var/bench/last-partial.json) unless --write-docs; with
-`--only slowlink --write-docs` (`make bench-slow-link`) only the slow-link section and its
-target rows of the doc are replaced. It uses
+`--only slowlink --write-docs` (`make bench-slow-link`) or `--only priority --write-docs`
+only that section and its target rows of the doc are replaced. It uses
 its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
 started for the run.
 """
@@ -42,8 +42,9 @@ SCENARIOS = [
     "scale",
     "serial",
     "slowlink",
+    "priority",
 ]
-SPLICED = {"slowlink"}  # scenarios whose section --write-docs can replace alone
+SPLICED = {"slowlink", "priority"}  # scenarios whose section --write-docs can replace alone
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -172,6 +173,10 @@ def main(argv: list[str]) -> int:
                     from bench.slowlink import scenario_slowlink
 
                     results[name] = scenario_slowlink(bench)
+                elif name == "priority":
+                    from bench.priority import scenario_priority
+
+                    results[name] = scenario_priority(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals
@@ -208,12 +213,15 @@ def main(argv: list[str]) -> int:
         json.dumps({"meta": meta, "results": results, "targets": targets}, indent=2)
     )
     if splices:
-        from bench import slowlink_report
+        import importlib
 
         path = ROOT / "docs" / "benchmarks.md"
-        section = slowlink_report.table(results["slowlink"], meta)
-        path.write_text(slowlink_report.splice(path.read_text(), section, targets))
-        print(f"replaced the slow-link section of {path.relative_to(ROOT)}")
+        for name in args.selected:
+            module = importlib.import_module(f"bench.{name}_report")
+            section = module.table(results[name], meta)
+            checks = module.targets(results[name])
+            path.write_text(module.splice(path.read_text(), section, checks))
+            print(f"replaced the {name} section of {path.relative_to(ROOT)}")
     elif writes_doc:
         path = ROOT / "docs" / "benchmarks.md"
         path.write_text(report.markdown(meta, results, targets))

@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench.splice import Section
+from bench.splice import splice as splice_section
+
 TARGET_SLOW_VS_RAW = 3.0
 TARGET_SLOW_VS_OWN = 0.8
 BEGIN, END = "<!-- slowlink: begin -->", "<!-- slowlink: end -->"
@@ -279,23 +282,9 @@ def _rtt(slow: dict[str, Any], link: str) -> str:
     return f"{v['postgres_ms']:.2f} / {v['redis_ms']:.2f} ms (PostgreSQL / Redis)"
 
 
+SECTION = Section(BEGIN, END, INSERT_BEFORE, TARGET_PREFIX)
+
+
 def splice(doc: str, section: list[str], checks: list[dict[str, Any]]) -> str:
     """`doc` with its slow-link section and target rows replaced by these (or added)."""
-    text = "\n".join(section) + "\n"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        doc = head + text + tail
-    elif INSERT_BEFORE in doc:
-        head, tail = doc.split(INSERT_BEFORE, 1)
-        doc = head + text + INSERT_BEFORE + tail
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    lines = [ln for ln in doc.split("\n") if not ln.startswith(f"| {TARGET_PREFIX}")]
-    rows = [f"| {t['name']} | {t['value']} | {'PASS' if t['ok'] else '**FAIL**'} |" for t in checks]
-    if "| target | measured | result |" in lines:
-        at = lines.index("| target | measured | result |") + 2
-        while at < len(lines) and lines[at].startswith("|"):
-            at += 1
-        lines[at:at] = rows
-    return "\n".join(lines)
+    return splice_section(doc, SECTION, section, checks)

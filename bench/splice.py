@@ -1,0 +1,43 @@
+"""Replace one scenario's section and target rows of docs/benchmarks.md, leaving the rest.
+
+A scenario recorded alone (`run_all.py --only <name> --write-docs`) rewrites only what it
+measured: its section between its markers, and the rows of the targets table whose names
+start with its prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TARGETS_HEADER = "| target | measured | result |"
+
+
+@dataclass(frozen=True)
+class Section:
+    begin: str  # the markers around the section: HTML comments
+    end: str
+    insert_before: str  # where a first recording goes: before this heading
+    target_prefix: str  # the names of its rows in the targets table start with this
+
+
+def splice(doc: str, where: Section, section: list[str], checks: list[dict[str, Any]]) -> str:
+    """`doc` with the section and its target rows replaced by these (or added)."""
+    text = "\n".join(section) + "\n"
+    if where.begin in doc and where.end in doc:
+        head, rest = doc.split(where.begin, 1)
+        tail = rest.split(where.end, 1)[1].lstrip("\n")
+        doc = head + text + tail
+    elif where.insert_before in doc:
+        head, tail = doc.split(where.insert_before, 1)
+        doc = head + text + where.insert_before + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    lines = [ln for ln in doc.split("\n") if not ln.startswith(f"| {where.target_prefix}")]
+    rows = [f"| {t['name']} | {t['value']} | {'PASS' if t['ok'] else '**FAIL**'} |" for t in checks]
+    if TARGETS_HEADER in lines:
+        at = lines.index(TARGETS_HEADER) + 2
+        while at < len(lines) and lines[at].startswith("|"):
+            at += 1
+        lines[at:at] = rows
+    return "\n".join(lines)
