@@ -66,6 +66,7 @@ class SoakResult:
     straggler: list[str] = field(default_factory=list)
     submitted_in_batches: int = 0
     batches: dict[str, int] = field(default_factory=dict)
+    schedule: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -390,6 +391,7 @@ class Soak:
             self.result.faults = dict(injector.counts)
             self.result.fault_log = injector.log
             self.restore(cluster)
+            self.schedule_pause()
             self.drain()
             self.check(cluster)
             self.result.worker_deaths = list(cluster.deaths)
@@ -425,6 +427,19 @@ class Soak:
             cluster.start_worker()
         wait_until(lambda: cluster.harness._provider_up(), timeout=30, what="provider")
 
+    def schedule_pause(self) -> None:
+        """No more ticks (so the run can drain): the schedule's pause, as an operator's."""
+        from jobs.models import Schedule
+        from jobs.scheduler import schedule_pause
+        from tests.chaos.faults import SOAK_SCHEDULE
+
+        def pause() -> None:
+            row = Schedule.objects.filter(name=SOAK_SCHEDULE).first()
+            if row is not None and not row.paused:
+                schedule_pause(schedule_id=row.pk, actor="chaos soak", note="drain")
+
+        _retry_db(pause)
+
     def drain(self) -> None:
         began = time.monotonic()
         deadline = began + self.args.drain_timeout
@@ -437,7 +452,8 @@ class Soak:
         self.result.drain_seconds = round(time.monotonic() - began, 1)
 
     def check(self, cluster: Any) -> None:
-        from tests.chaos.checker import check_run
+        from tests.chaos.checker import check_run, check_schedule
+        from tests.chaos.faults import SOAK_SCHEDULE
         from tests.kinds_chaos import EXPECTED
 
         provider = cluster.harness.provider_stats()
@@ -451,6 +467,9 @@ class Soak:
             ]
         if not self.result.drained:
             report.violations.insert(0, f"did not drain within {self.args.drain_timeout:.0f}s")
+        ticks = _retry_db(lambda: check_schedule(SOAK_SCHEDULE, no_gap=True))
+        report.violations.extend(ticks.violations)
+        self.result.schedule = ticks.as_dict()
         self.result.check = report.as_dict()
         self.result.batches = {
             "submitted_in_batches": self.result.submitted_in_batches,
@@ -487,6 +506,10 @@ def print_report(result: SoakResult) -> None:
         ("drain after last fault (s)", result.drain_seconds),
         ("cancel requests", result.cancels),
         ("jobs submitted through submit_many", result.submitted_in_batches),
+        (
+            "schedule ticks run once (missed)",
+            f"{result.schedule.get('ticks')} ({result.schedule.get('missed')})",
+        ),
         (
             "batch messages claimed (recovered after a fault)",
             f"{result.batches.get('batch_messages')} "
