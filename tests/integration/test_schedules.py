@@ -361,3 +361,27 @@ def test_ops_page_and_metrics__last_and_next_tick_paused_and_missed(
     assert 'jobs_schedule_paused{schedule="every-two"} 1.0' in metrics
     assert f'jobs_schedule_submitted_ticks_total{{schedule="{KIND}"}} 10.0' in metrics
     assert 'jobs_schedule_next_tick_timestamp_seconds{schedule="every-two"}' in metrics
+
+
+def test_command__lists__pauses_and_resumes_with_a_note(scheduled: str) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    scheduler.schedules_tick(now=T0)
+    out = StringIO()
+    call_command("jobs_schedules", stdout=out)
+    assert f"{KIND}  [" in out.getvalue() and "catch_up=all" in out.getvalue()
+
+    with pytest.raises(CommandError, match="Write a note"):
+        call_command("jobs_schedules", "--pause", KIND)
+    with pytest.raises(CommandError, match="no schedule named 'nope'"):
+        call_command("jobs_schedules", "--pause", "nope", "--note", "x")
+    call_command("jobs_schedules", "--pause", KIND, "--note", "db upgrade", stdout=StringIO())
+    row = Schedule.objects.get(name=KIND)
+    assert row.paused and row.pause_note == "db upgrade" and row.paused_by.startswith("shell:")
+
+    listed = StringIO()
+    call_command("jobs_schedules", "--resume", KIND, "--note", "done", "--json", stdout=listed)
+    assert not Schedule.objects.get(name=KIND).paused
+    assert '"name": "test.sched.minutely"' in listed.getvalue().split("\n", 1)[1]
