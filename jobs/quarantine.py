@@ -120,6 +120,7 @@ def quarantine_replay(
             serialization_key=job.serialization_key,
             input_ref=job.input_ref,
             replay_of=job,
+            callback_url=job.callback_url,  # the replacement's end is announced too
         )
         _resolve(
             record,

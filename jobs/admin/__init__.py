@@ -7,7 +7,7 @@ input from a form (`QuarantineRecordAdmin.replay_view`). One module per concern;
 them registers every model admin.
 """
 
-from jobs.admin import job, quarantine, schedule, tables
+from jobs.admin import callbacks, job, quarantine, schedule, tables
 from jobs.admin.base import INLINE_ROWS
 
-__all__ = ["INLINE_ROWS", "job", "quarantine", "schedule", "tables"]
+__all__ = ["INLINE_ROWS", "callbacks", "job", "quarantine", "schedule", "tables"]

@@ -20,6 +20,7 @@ from jobs.admin.base import (
     ReadOnlyInline,
     job_link_html,
 )
+from jobs.admin.callbacks import CallbackDeliveryInline
 from jobs.identity import lease_owner_worker
 from jobs.models import (
     EffectLedgerEntry,
@@ -144,7 +145,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     show_facets = admin.ShowFacets.NEVER  # facet counts are COUNT(*) per filter value
     # jobs_job_finished_idx: active jobs (NULL) first, then the most recently finished.
     ordering = ("-finished_at",)
-    inlines = (QuarantineInline, EffectLedgerInline, JobEventInline)
+    inlines = (QuarantineInline, EffectLedgerInline, CallbackDeliveryInline, JobEventInline)
 
     def get_ordering(self, request: HttpRequest) -> Any:
         """Active states: newest first on jobs_job_active_created_idx; else by finished_at."""

@@ -11,6 +11,7 @@ from jobs.progress import progress_text
 from jobs.states import ACTIVE
 
 from . import selectors, table_health
+from .callbacks import CallbacksPanel, callbacks_panel
 from .schedules import ScheduleRow, schedule_rows
 from .workers import workers_live
 
@@ -60,6 +61,7 @@ class OpsSnapshot:
     tables: list[table_health.TableHealth] = field(default_factory=list)
     horizon: table_health.Horizon | None = None
     schedules: list[ScheduleRow] = field(default_factory=list)
+    callbacks: CallbacksPanel | None = None
     bars: list[Bar] = field(default_factory=list)
     chart_width: int = CHART_WIDTH
     chart_height: int = CHART_HEIGHT
@@ -122,6 +124,7 @@ def ops_snapshot() -> OpsSnapshot:
         tables=table_health.table_health(),
         horizon=table_health.horizon(),
         schedules=schedule_rows(),
+        callbacks=callbacks_panel(),
         bars=bars,
         chart_max=peak,
     )

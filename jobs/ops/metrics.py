@@ -18,6 +18,7 @@ from jobs.states import ACTIVE, JobState
 from outbox.counters import RELAY_PUBLISHED, counter_value
 
 from . import selectors
+from .callbacks import callback_metrics
 from .schedules import schedule_metrics
 from .table_health import TableHealthCollector
 from .workers import workers_live
@@ -83,6 +84,7 @@ class JobsCollector(Collector):
             value=workers_live().count(),
         )
         yield from schedule_metrics(PREFIX)
+        yield from callback_metrics(PREFIX)
 
     def _outbox(self) -> Iterator[Metric]:
         lag = selectors.outbox_lag()

@@ -339,3 +339,50 @@ def test_the_trigger_runs_only_for_jobs_with_a_callback_url() -> None:
         [(definition,)] = cursor.fetchall()
     assert "AFTER UPDATE OF state ON" in definition
     assert "WHEN (((new.callback_url IS NOT NULL)" in definition
+
+
+def test_admin_ops_and_metrics_show_deliveries(user: Any, admin_client: Any) -> None:
+    with callback_receiver(script=[404, 500]) as receiver:
+        failed = jobs.submit(kind="noop", input={}, owner=user, callback_url=receiver.url)
+        jobs.execute(failed.pk)
+        callbacks_send_due()  # 404: failed at once
+        pending = jobs.submit(kind="noop", input={}, owner=user, callback_url=receiver.url)
+        jobs.execute(pending.pk)
+        callbacks_send_due()  # 500: pending, backing off
+    failed_id, pending_id = f"job-{failed.pk}-succeeded", f"job-{pending.pk}-succeeded"
+
+    page = admin_client.get(f"/admin/jobs/job/{failed.pk}/change/").content.decode()
+    assert failed_id in page and "callback delivery" in page
+    delivery = CallbackDelivery.objects.get(webhook_id=failed_id)
+    page = admin_client.get(f"/admin/jobs/callbackdelivery/{delivery.pk}/change/").content
+    assert b"404" in page
+    ops = admin_client.get("/ops/").content.decode()
+    assert 'id="callbacks-pending">1<' in ops and 'id="callbacks-failed">1<' in ops
+    assert failed_id in ops and pending_id in ops
+    metrics = admin_client.get("/metrics").content.decode()
+    assert 'jobs_callback_deliveries_total{outcome="failed"} 1.0' in metrics
+    assert 'jobs_callback_deliveries_total{outcome="delivered"} 0.0' in metrics
+    assert "jobs_callback_pending 1.0" in metrics
+    assert SECRET not in page.decode() + ops + metrics
+
+
+def test_replay_with_corrected_input__old_job_failed__replacement_keeps_the_url(
+    user: Any,
+) -> None:
+    from jobs.quarantine import quarantine_replay
+
+    url = "http://127.0.0.1:9/hook"
+    job = jobs.submit(
+        kind="drill.malformed", input={"document_id": "x"}, owner=user, callback_url=url
+    )
+    jobs.execute(job.pk)
+    done = quarantine_replay(
+        record_id=job.quarantines.get().pk,
+        actor="carol",
+        note="fixed the id",
+        corrected_input={"document_id": 7},
+    )
+    [delivery] = deliveries(job)
+    assert delivery.event == "failed"
+    assert done.replacement_id is not None
+    assert Job.objects.get(pk=done.replacement_id).callback_url == url
