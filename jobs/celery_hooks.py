@@ -101,12 +101,18 @@ def connect() -> None:
 
 
 def jobs_schedule() -> dict[str, dict[str, Any]]:
-    """The reaper, the redelivery check, the reconciler and the schedules' ticker, for the
-    project's beat."""
+    """The reaper, the redelivery check, the reconciler, the schedules' ticker and the
+    pruner, for the project's beat."""
     reap, reconcile = jobs_settings.REAP_INTERVAL, jobs_settings.RECONCILE_INTERVAL
     redeliver = jobs_settings.REDELIVER_INTERVAL
     ticker = jobs_settings.SCHEDULE_INTERVAL
+    prune = jobs_settings.PRUNE_INTERVAL
     return {
+        "jobs-prune": {
+            "task": "jobs.maintenance.prune",
+            "schedule": prune,
+            "options": {"expires": max(prune * 2, 10)},
+        },
         "jobs-schedules": {
             "task": "jobs.maintenance.schedules",
             "schedule": ticker,

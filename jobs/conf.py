@@ -75,6 +75,19 @@ class JobsSettings(AppSettings):
     RECONCILE_INTERVAL: Setting[float] = Setting(
         60.0, "Seconds between reconciler runs (beat).", positive=True
     )
+    RETENTION_SECONDS: Setting[float] = Setting(
+        7 * 24 * 3600.0,
+        "Succeeded, failed and cancelled jobs finished longer ago are deleted with their "
+        "events, ledger entries and callbacks (jobs.retention); also the idempotency window: "
+        "a replay of a pruned job's key is a new job. 0 keeps every job.",
+        minimum=0,
+    )
+    PRUNE_INTERVAL: Setting[float] = Setting(
+        60.0, "Seconds between the pruner's runs (beat).", positive=True
+    )
+    PRUNE_BATCH: Setting[int] = Setting(
+        500, "Finished jobs one pruner transaction deletes at most.", positive=True
+    )
     RECONCILE_STALE_AFTER: Setting[float] = Setting(
         300.0,
         "Due work with a published message nobody claimed for this long counts as lost.",

@@ -106,3 +106,12 @@ def schedules() -> dict[str, Any]:
     from .scheduler import schedules_tick
 
     return schedules_tick().as_dict()
+
+
+# Every JOBS_PRUNE_INTERVAL (60 s): finished jobs past JOBS_RETENTION_SECONDS, bounded batches.
+@shared_task(name="jobs.maintenance.prune", ignore_result=False, send_events=False)
+def prune() -> dict[str, int]:
+    """Beat: delete old finished jobs with what they own (jobs.retention), about 10 s a run."""
+    from .retention import jobs_prune
+
+    return jobs_prune().as_dict()
