@@ -332,6 +332,10 @@ def _tables(results: dict[str, Any]) -> list[str]:
         from bench import priority_report
 
         lines += priority_report.table(results["priority"])
+    if results.get("storage"):
+        from bench import storage_report
+
+        lines += storage_report.table(results["storage"])
     return lines
 
 
@@ -631,6 +635,7 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "python bench/run_all.py --only slowlink --write-docs  # make bench-slow-link: "
         "section 9 alone",
         "python bench/run_all.py --only priority --write-docs  # section 10 alone",
+        "python bench/run_all.py --only storage --write-docs  # section 11 alone",
         "python bench/run_all.py --render       # rewrite this file from var/bench/last.json",
         "```",
         "",

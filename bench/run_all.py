@@ -2,13 +2,13 @@
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
        python bench/run_all.py [--quick] [--only submit,submitmany,relay,latency,e2e,cpu,
-                                                 calls,backlog,scale,serial,slowlink,priority]
+                                                 calls,backlog,scale,serial,slowlink,priority,storage]
                                [--jobs N] [--backlog N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
 others print only (results in var/bench/last-partial.json) unless --write-docs; with
-`--only slowlink --write-docs` (`make bench-slow-link`) or `--only priority --write-docs`
-only that section and its target rows of the doc are replaced. It uses
+`--only slowlink --write-docs` (`make bench-slow-link`), `--only priority` or `--only storage`
+with `--write-docs` only that section and its target rows of the doc are replaced. It uses
 its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
 started for the run.
 """
@@ -43,8 +43,13 @@ SCENARIOS = [
     "serial",
     "slowlink",
     "priority",
+    "storage",
 ]
-SPLICED = {"slowlink", "priority"}  # scenarios whose section --write-docs can replace alone
+SPLICED = {
+    "slowlink",
+    "priority",
+    "storage",
+}  # scenarios whose section --write-docs can replace alone
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -177,6 +182,10 @@ def main(argv: list[str]) -> int:
                     from bench.priority import scenario_priority
 
                     results[name] = scenario_priority(bench)
+                elif name == "storage":
+                    from bench.storage import scenario_storage
+
+                    results[name] = scenario_storage(bench)
                 elif name == "latency":
                     results[name] = scenarios.scenario_latency(
                         bench, with_reuse=not args.no_proposals

@@ -76,7 +76,7 @@ class JobsSettings(AppSettings):
         60.0, "Seconds between reconciler runs (beat).", positive=True
     )
     RETENTION_SECONDS: Setting[float] = Setting(
-        7 * 24 * 3600.0,
+        24 * 3600.0,
         "Succeeded, failed and cancelled jobs finished longer ago are deleted with their "
         "events, ledger entries and callbacks (jobs.retention); also the idempotency window: "
         "a replay of a pruned job's key is a new job. 0 keeps every job.",

@@ -20,7 +20,8 @@ waited on, callback deliveries and their attempts.
 
 Identity lasts as long as the row: a replay of an idempotency key, or a submit of the same
 business key, after its job was pruned is a new job. JOBS_RETENTION_SECONDS is therefore the
-idempotency window clients may rely on (7 days by default; 0 keeps every job).
+idempotency window clients may rely on (1 day by default, as River keeps completed jobs
+and Stripe idempotency keys; 0 keeps every job).
 """
 
 from __future__ import annotations

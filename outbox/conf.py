@@ -164,7 +164,10 @@ class OutboxSettings(AppSettings):
         minimum=0,
     )
     RETENTION_SECONDS: Setting[int] = Setting(
-        7 * 24 * 3600, "Published rows older than this are pruned.", positive=True
+        24 * 3600,
+        "Published rows older than this are pruned (a published row's only later reader is "
+        "the redelivery check of a job still due: minutes).",
+        positive=True,
     )
     PUBLISH_BACKOFF_CAP: Setting[float] = Setting(
         60.0, "Cap of the back-off of a row whose publish failed.", positive=True

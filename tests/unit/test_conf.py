@@ -38,7 +38,7 @@ def test_every_setting__is_typed_as_its_default_is_checked() -> None:
 def test_setting_not_set__reads_its_default(settings: Any) -> None:
     del settings.OUTBOX_RETENTION_SECONDS
 
-    assert outbox_settings.RETENTION_SECONDS == 7 * 24 * 3600
+    assert outbox_settings.RETENTION_SECONDS == 24 * 3600
 
 
 def test_setting_overridden__is_read_at_once(settings: Any) -> None:
