@@ -15,7 +15,7 @@ CELERY_BROKER_URL ?= redis://127.0.0.1:6379/$(REDIS_DB)
 export CELERY_BROKER_URL
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-matrix test-fast lint format demo bench bench-slow-link chaos migrate services clean
+.PHONY: setup run test test-matrix test-fast lint format demo bench bench-slow-link bench-soak chaos migrate services clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 1; }
@@ -87,6 +87,14 @@ bench: setup
 # each way; replaces only its section and target rows of docs/benchmarks.md.
 bench-slow-link: setup
 	$(BIN)/python bench/run_all.py --only slowlink --write-docs
+
+# A day of load (bench/soak.py, issue 28): SOAK_MINUTES of open-loop arrivals at 70% of the
+# capacity measured first, a long REPEATABLE READ transaction in the middle, then a broker
+# outage; writes docs/img/soak.png and its section of docs/benchmarks.md. The recorded run
+# is at least 20 minutes (about 35 in all with capacity, outage and drains).
+SOAK_MINUTES ?= 20
+bench-soak: setup
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --write-docs
 
 chaos: setup
 	$(BIN)/python -m tests.chaos.soak $(CHAOS_ARGS)

@@ -1,0 +1,233 @@
+"""What the soak watches while it runs: table health, the xmin horizon, the relay's scan, RSS.
+
+A `Probe` thread samples every few seconds over its own autocommit connection (it holds no
+snapshot between samples, so it never pins the horizon it measures). `LongTransaction` is
+the MVCC trap: a second client in REPEATABLE READ with a snapshot taken, held for a window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from demo.procs import child_pids
+
+# Every jobs_*/outbox_* table: live and dead tuples, total size (heap + indexes + toast) and
+# autovacuum's count, in one statement.
+TABLES_SQL = """
+SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid), autovacuum_count
+FROM pg_stat_user_tables
+WHERE relname LIKE 'jobs\\_%' OR relname LIKE 'outbox\\_%'
+"""
+INDEXES_SQL = """
+SELECT indexrelname, pg_relation_size(indexrelid)
+FROM pg_stat_user_indexes
+WHERE relname LIKE 'jobs\\_%' OR relname LIKE 'outbox\\_%'
+"""
+# The oldest snapshot any backend of the cluster holds (what autovacuum may not clean past),
+# and how long the oldest open transaction has been open.
+HORIZON_SQL = """
+SELECT COALESCE(max(age(backend_xmin)), 0),
+       COALESCE(EXTRACT(EPOCH FROM now() - min(xact_start)), 0)
+FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+"""
+# The relay sweep's scan (outbox.relay._reserve's first query, read-only: no FOR UPDATE, so
+# the probe never takes a row the relay wants), timed by the server itself.
+SWEEP_SQL = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT id FROM outbox_outboxentry
+WHERE published_at IS NULL AND available_at <= now()
+  AND (reserved_until IS NULL OR reserved_until < now())
+ORDER BY available_at, id LIMIT 125
+"""
+OUTBOX_SQL = """
+SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)
+FROM outbox_outboxentry WHERE published_at IS NULL AND available_at <= now()
+"""
+SETTINGS = (
+    "autovacuum",
+    "autovacuum_naptime",
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_insert_scale_factor",
+    "autovacuum_analyze_scale_factor",
+    "autovacuum_vacuum_cost_limit",
+    "autovacuum_vacuum_cost_delay",
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "max_connections",
+)
+
+
+def server_settings(conninfo: str) -> dict[str, str]:
+    """The settings in force that decide how dead tuples are cleaned up."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
+            [list(SETTINGS)],
+        ).fetchall()
+    return {name: str(value) for name, value in rows}
+
+
+def rss_kb(pid: int) -> int:
+    """VmRSS of one process in kB (0 once it is gone)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def tree_pids(pid: int) -> list[int]:
+    """The process and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(child_pids(current))
+    return out
+
+
+@dataclass
+class Sample:
+    """One look at the database and the processes, `t` seconds into the load."""
+
+    t: float
+    tables: dict[str, dict[str, int]]
+    indexes: dict[str, int]
+    xmin_age: int
+    oldest_xact_s: float
+    sweep_ms: float
+    sweep_buffers: int
+    outbox_due: int
+    outbox_lag_s: float
+    rss_kb: dict[str, int]  # process name (and "name/pid" for each pool child) -> kB
+
+
+@dataclass
+class Probe:
+    """Samples every `every` seconds until stopped; `processes()` names the pids to weigh."""
+
+    conninfo: str
+    started: float
+    processes: Callable[[], dict[str, int]]
+    every: float = 5.0
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(
+                        self.conninfo, autocommit=True, application_name="soak-probe"
+                    )
+                self.samples.append(self.sample(conn))
+            except psycopg.Error as exc:
+                self.errors.append(f"{time.monotonic() - self.started:.0f}s: {exc}"[:300])
+                conn = None
+            self._stop.wait(max(0.0, self.every - (time.monotonic() - began)))
+        if conn is not None:
+            conn.close()
+
+    def sample(self, conn: psycopg.Connection[Any]) -> Sample:
+        t = round(time.monotonic() - self.started, 1)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        tables = {
+            name: {"live": int(live), "dead": int(dead), "bytes": int(size), "autovacuums": int(n)}
+            for name, live, dead, size, n in conn.execute(TABLES_SQL).fetchall()
+        }
+        indexes = {name: int(size) for name, size in conn.execute(INDEXES_SQL).fetchall()}
+        horizon = conn.execute(HORIZON_SQL).fetchone()
+        assert horizon is not None
+        (plan,) = conn.execute(SWEEP_SQL).fetchone() or ([{}],)
+        top: dict[str, Any] = plan[0]
+        backlog = conn.execute(OUTBOX_SQL).fetchone()
+        assert backlog is not None
+        return Sample(
+            t=t,
+            tables=tables,
+            indexes=indexes,
+            xmin_age=int(horizon[0]),
+            oldest_xact_s=round(float(horizon[1]), 1),
+            sweep_ms=round(float(top.get("Execution Time", 0.0)), 3),
+            sweep_buffers=int(top.get("Plan", {}).get("Shared Hit Blocks", 0))
+            + int(top.get("Plan", {}).get("Shared Read Blocks", 0)),
+            outbox_due=int(backlog[0]),
+            outbox_lag_s=round(float(backlog[1]), 2),
+            rss_kb=self.weigh(),
+        )
+
+    def weigh(self) -> dict[str, int]:
+        """RSS of each named process tree (summed) and of each process in it."""
+        out: dict[str, int] = {}
+        for name, pid in self.processes().items():
+            # The driver (web) started every other process: its tree would weigh them all.
+            pids = [pid] if name == "web" else tree_pids(pid)
+            sizes = {p: rss_kb(p) for p in pids}
+            out[name] = sum(sizes.values())
+            if len(pids) > 1:
+                out.update({f"{name}/{p}": kb for p, kb in sizes.items()})
+        return out
+
+
+@dataclass
+class LongTransaction:
+    """A second client holding a REPEATABLE READ snapshot from `begin` to `end` seconds."""
+
+    conninfo: str
+    started: float
+    begin: float
+    end: float
+    opened_at: float | None = None
+    closed_at: float | None = None
+    snapshot_xmin: int | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="soak-long-xact", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _wait_until(self, at: float) -> bool:
+        return not self._stop.wait(max(0.0, self.started + at - time.monotonic()))
+
+    def _run(self) -> None:
+        if not self._wait_until(self.begin):
+            return
+        with psycopg.connect(self.conninfo, application_name="soak-long-xact") as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            # The first statement takes the snapshot; from here on it pins the xmin horizon.
+            conn.execute("SELECT count(*) FROM jobs_job").fetchone()
+            row = conn.execute("SELECT txid_snapshot_xmin(txid_current_snapshot())").fetchone()
+            self.snapshot_xmin = int(row[0]) if row else None
+            self.opened_at = round(time.monotonic() - self.started, 1)
+            self._wait_until(self.end)
+            conn.rollback()
+            self.closed_at = round(time.monotonic() - self.started, 1)

@@ -1,0 +1,449 @@
+"""The soak's analysis (bench/soak.py): per-bucket rows, the targets, the plot, the section.
+
+Buckets are --bucket-seconds (a minute) of the load, counted from its start. Targets are
+ratios to the run's own first bucket; the section of docs/benchmarks.md sits between its own
+markers and is replaced whole by the next `--write-docs` run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bench.infra import pct
+
+BEGIN, END = "<!-- soak: begin -->", "<!-- soak: end -->"
+INSERT_BEFORE = "## API submission latency"
+HOT = ("jobs_job", "jobs_jobevent", "outbox_outboxentry")
+DEAD_FLOOR = 1000  # a first minute with (almost) no dead tuples: 2x of it is this floor
+RECOVERY_S = 300.0  # dead tuples back under 2x within this long after the transaction ends
+RSS_GROWTH_KB = 10 * 1024
+MIN_SIZE_FOR_BLOAT = 1 << 20  # smaller relations are mostly fixed pages: no per-row ratio
+DRAIN_ROWS_PER_S = 2000.0
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _slope(points: Iterable[tuple[float, float]]) -> float:
+    """Least-squares slope (per minute when x is in minutes)."""
+    pts = list(points)
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / var if var else float("nan")
+
+
+def _in(t: float, window: tuple[float | None, float | None]) -> bool:
+    lo, hi = window
+    return lo is not None and hi is not None and lo <= t < hi
+
+
+def buckets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per bucket of the load: work done, latency, table health, memory."""
+    size = float(result["args"]["bucket_seconds"])
+    end = float(result["load_end_s"])
+    jobs, samples = result["jobs"], result["samples"]
+    xact = (result["long_xact"]["begin_s"], result["long_xact"]["end_s"])
+    outage = result.get("outage", {})
+    down = (outage.get("start_s"), outage.get("end_s"))
+    rows = []
+    for b in range(max(1, math.ceil(end / size))):
+        lo, hi = b * size, (b + 1) * size
+        lat = [s * 1000 for at, s in jobs["latency"] if lo <= at < hi]
+        done = sum(1 for t in jobs["finished"] if lo <= t < hi)
+        inside = [s for s in samples if lo <= s["t"] < hi]
+        last = inside[-1] if inside else None
+        tables = last["tables"] if last else {}
+        phase = [
+            name
+            for name, window in (("long xact", xact), ("outage", down))
+            if window[0] is not None and window[1] is not None and window[0] < hi and window[1] > lo
+        ]
+        rss = last["rss_kb"] if last else {}
+        rows.append(
+            {
+                "bucket": b,
+                "start_s": lo,
+                "full": hi <= end,
+                "mvcc": hi <= float(result["args"]["minutes"]) * 60,
+                "phase": ", ".join(phase),
+                "accepted": len(lat),
+                "completed": done,
+                "p50_ms": pct(lat, 50),
+                "p99_ms": pct(lat, 99),
+                "sweep_ms": max((s["sweep_ms"] for s in inside), default=float("nan")),
+                "outbox_due": max((s["outbox_due"] for s in inside), default=0),
+                "xmin_age": max((s["xmin_age"] for s in inside), default=0),
+                "dead": {t: tables.get(t, {}).get("dead", 0) for t in HOT},
+                "live": {t: tables.get(t, {}).get("live", 0) for t in HOT},
+                "total_mb": sum(v["bytes"] for v in tables.values()) / 2**20,
+                "worker_mb": rss.get("worker", 0) / 1024,
+                "web_mb": rss.get("web", 0) / 1024,
+            }
+        )
+    return rows
+
+
+def _dead_target(result: dict[str, Any]) -> list[dict[str, Any]]:
+    size = float(result["args"]["bucket_seconds"])
+    samples, closed = result["samples"], result["long_xact"]["end_s"]
+    out = []
+    for table in HOT:
+        first = [s["tables"].get(table, {}).get("dead", 0) for s in samples if s["t"] < size]
+        base = max([*first, 0])
+        limit = 2 * max(base, DEAD_FLOOR)
+        after = [
+            (s["t"], s["tables"].get(table, {}).get("dead", 0))
+            for s in samples
+            if closed is not None and closed <= s["t"] <= closed + RECOVERY_S
+        ]
+        back = next((t - closed for t, dead in after if dead <= limit), None)
+        peak = max((s["tables"].get(table, {}).get("dead", 0) for s in samples), default=0)
+        out.append(
+            {
+                "name": f"{table}: dead tuples back under 2x the first minute's "
+                f"({base:,}, floor {DEAD_FLOOR:,}) within {RECOVERY_S / 60:.0f} min of the "
+                "long transaction's end",
+                "value": f"peak {peak:,}; "
+                + (f"back in {back:.0f}s" if back is not None else "not back"),
+                "ok": back is not None,
+            }
+        )
+    return out
+
+
+def growth(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every jobs_*/outbox_* table and index: size, slope over the last half of the MVCC
+    phase, and bytes per live row of its table at the end of the first bucket and at the end
+    (bloat: a relation that grows faster than its rows)."""
+    size, span = float(result["args"]["bucket_seconds"]), float(result["args"]["minutes"]) * 60
+    samples = [s for s in result["samples"] if s["t"] <= span]
+    if not samples:
+        return []
+    first = next((s for s in samples if s["t"] >= size), samples[-1])
+    last = samples[-1]
+    half = [s for s in samples if s["t"] >= span / 2]
+    index_table = _index_tables(last)
+    out = []
+    names = [(n, "table") for n in last["tables"]] + [(n, "index") for n in last["indexes"]]
+    for name, what in sorted(names):
+
+        def bytes_of(s: dict[str, Any], name: str = name, what: str = what) -> int:
+            if what == "table":
+                return int(s["tables"].get(name, {}).get("bytes", 0))
+            return int(s["indexes"].get(name, 0))
+
+        table = name if what == "table" else index_table.get(name, "")
+
+        def per_row(s: dict[str, Any], table: str = table) -> float:
+            live = s["tables"].get(table, {}).get("live", 0)
+            return bytes_of(s) / live if live else float("nan")
+
+        end_bytes = bytes_of(last)
+        ratio = per_row(last) / per_row(first) if per_row(first) else float("nan")
+        checked = end_bytes >= MIN_SIZE_FOR_BLOAT and not math.isnan(ratio)
+        out.append(
+            {
+                "name": name,
+                "kind": what,
+                "bytes": end_bytes,
+                "slope_bytes_per_min": _slope((s["t"] / 60, bytes_of(s)) for s in half),
+                "bytes_per_row_first": per_row(first),
+                "bytes_per_row_end": per_row(last),
+                "per_row_ratio": ratio,
+                "ok": (ratio <= 1.25) if checked else None,
+            }
+        )
+    return out
+
+
+def _index_tables(sample: dict[str, Any]) -> dict[str, str]:
+    """Index name -> its table, by the longest table name it starts with (Django's names)."""
+    tables = sorted(sample["tables"], key=len, reverse=True)
+    return {
+        index: next((t for t in tables if index.startswith(t)), "") for index in sample["indexes"]
+    }
+
+
+def rss_growth(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """kB of each single process between the first sample after warm-up and the last."""
+    size = float(result["args"]["bucket_seconds"])
+    samples = result["samples"]
+    warm = next((s for s in samples if s["t"] >= size), None)
+    if warm is None:
+        return {}
+    last = samples[-1]
+    trees = {k.split("/")[0] for k in warm["rss_kb"] if "/" in k}
+    out = {}
+    for name, kb in warm["rss_kb"].items():
+        if name in trees or name not in last["rss_kb"]:
+            continue  # a tree's sum (its processes count one by one), or a process now gone
+        out[name] = {
+            "warm_kb": kb,
+            "end_kb": last["rss_kb"][name],
+            "growth_kb": last["rss_kb"][name] - kb,
+        }
+    return out
+
+
+def analyze(result: dict[str, Any]) -> dict[str, Any]:
+    rows = buckets(result)
+    mvcc = [r for r in rows if r["full"] and r["mvcc"]]
+    base = mvcc[0] if mvcc else rows[0]
+    checks: list[dict[str, Any]] = []
+    worst_done = min(
+        (r["completed"] / base["completed"] for r in mvcc if base["completed"]),
+        default=float("nan"),
+    )
+    checks.append(
+        {
+            "name": "completed jobs per minute >= 0.9x the first minute's, every minute "
+            "(long transaction included)",
+            "value": f"{worst_done:.2f}x (first {base['completed']:,})",
+            "ok": worst_done >= 0.9,
+        }
+    )
+    worst_p99 = max(
+        (r["p99_ms"] / base["p99_ms"] for r in mvcc if base["p99_ms"]), default=float("nan")
+    )
+    checks.append(
+        {
+            "name": "accept->start p99 <= 2x the first minute's, every minute",
+            "value": f"{worst_p99:.2f}x (first {base['p99_ms']:.1f} ms)",
+            "ok": worst_p99 <= 2.0,
+        }
+    )
+    checks += _dead_target(result)
+    sizes = growth(result)
+    bloated = [g for g in sizes if g["ok"] is False]
+    judged = [g for g in sizes if g["ok"] is not None]
+    worst = max(judged, key=lambda g: g["per_row_ratio"], default=None)
+    checks.append(
+        {
+            "name": "no table or index grows faster than its rows (bytes per live row at the "
+            "end <= 1.25x the first minute's, relations >= 1 MB; slopes below)",
+            "value": f"worst {worst['name']} {worst['per_row_ratio']:.2f}x" if worst else "-",
+            "ok": not bloated,
+        }
+    )
+    rss = rss_growth(result)
+    top = max(rss.items(), key=lambda kv: kv[1]["growth_kb"], default=None)
+    checks.append(
+        {
+            "name": "RSS growth <= 10 MB per process after the first minute",
+            "value": f"worst {top[0]} {top[1]['growth_kb'] / 1024:+.1f} MB" if top else "-",
+            "ok": top is None or top[1]["growth_kb"] <= RSS_GROWTH_KB,
+        }
+    )
+    jobs = result["jobs"]
+    checks.append(
+        {
+            "name": "every accepted job succeeded exactly once (0 lost, 0 duplicated)",
+            "value": f"{jobs['accepted']:,} accepted, {jobs['lost']} lost, "
+            f"{jobs['succeeded_events_over_one']} duplicated",
+            "ok": jobs["lost"] == 0 and jobs["succeeded_events_over_one"] == 0,
+        }
+    )
+    outage = result.get("outage")
+    if outage:
+        rate = outage["rows_per_s"] or 0.0
+        checks.append(
+            {
+                "name": f"broker outage: outbox drains >= {DRAIN_ROWS_PER_S:,.0f} rows/s "
+                "after Redis returns",
+                "value": f"{rate:,.0f} rows/s, {outage['due_at_return']:,} rows in "
+                f"{outage['time_to_drain_s']:.1f}s",
+                "ok": rate >= DRAIN_ROWS_PER_S,
+            }
+        )
+        checks.append(
+            {
+                "name": "broker outage: submits keep succeeding",
+                "value": f"{outage['submit_errors']} failed submits",
+                "ok": outage["submit_errors"] == 0,
+            }
+        )
+    return {
+        "rows": rows,
+        "checks": checks,
+        "growth": sizes,
+        "rss": rss,
+        "ok": all(c["ok"] for c in checks),
+        "capacity": result["capacity"],
+        "rate": result["rate"],
+        "settings": result["settings"],
+        "outage": outage,
+        "long_xact": result["long_xact"],
+        "jobs": {k: v for k, v in jobs.items() if k not in ("latency", "finished")},
+        "machine": result["machine"],
+        "minutes": float(result["args"]["minutes"]),
+        "bucket_seconds": float(result["args"]["bucket_seconds"]),
+        "restarts": result["restarts"],
+        "slowest_submit_s": result["slowest_submit_s"],
+    }
+
+
+def table_lines(report: dict[str, Any]) -> list[str]:
+    size = report["bucket_seconds"]
+    unit = "min" if size == 60 else f"x{size:g}s"
+    lines = [
+        f"| {unit} | phase | accepted | completed | p50 ms | p99 ms | sweep ms | outbox due | "
+        "xmin age | dead job / event / outbox | tables+indexes MB | worker MB | web MB |",
+        "|" + "---|" * 13,
+    ]
+    for r in report["rows"]:
+        dead = " / ".join(f"{r['dead'][t]:,}" for t in HOT)
+        lines.append(
+            f"| {r['bucket']} | {r['phase']} | {r['accepted']:,} | {r['completed']:,} | "
+            f"{_f(r['p50_ms'])} | {_f(r['p99_ms'])} | {_f(r['sweep_ms'], 2)} | "
+            f"{r['outbox_due']:,} | {r['xmin_age']:,} | {dead} | {_f(r['total_mb'])} | "
+            f"{_f(r['worker_mb'])} | {_f(r['web_mb'])} |"
+        )
+    return lines
+
+
+def check_lines(report: dict[str, Any]) -> list[str]:
+    lines = ["| target | measured | result |", "|---|---|---|"]
+    for c in report["checks"]:
+        lines.append(f"| {c['name']} | {c['value']} | {'PASS' if c['ok'] else '**FAIL**'} |")
+    return lines
+
+
+def growth_lines(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "| relation | kind | MB at end | slope, last half (kB/min) | bytes/row first | "
+        "bytes/row end | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for g in sorted(report["growth"], key=lambda g: -g["bytes"]):
+        if g["bytes"] < 64 * 1024:
+            continue
+        lines.append(
+            f"| {g['name']} | {g['kind']} | {g['bytes'] / 2**20:,.2f} | "
+            f"{_f(g['slope_bytes_per_min'] / 1024)} | {_f(g['bytes_per_row_first'], 0)} | "
+            f"{_f(g['bytes_per_row_end'], 0)} | {_f(g['per_row_ratio'], 2)} |"
+        )
+    return lines
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print()
+    print(f"capacity {report['capacity']['jobs_per_s']} jobs/s; load {report['rate']} jobs/s")
+    print("settings: " + ", ".join(f"{k}={v}" for k, v in report["settings"].items()))
+    for line in [*table_lines(report), "", *growth_lines(report), "", *check_lines(report)]:
+        print(line)
+    if report["outage"]:
+        print(f"outage: {report['outage']}")
+    print(f"jobs: {report['jobs']}")
+    print(f"long transaction: {report['long_xact']}")
+    for restart in report["restarts"]:
+        print(f"restarted: {restart}")
+    print("verdict:", "PASS" if report["ok"] else "FAIL")
+
+
+def plot(result: dict[str, Any], report: dict[str, Any], path: Path) -> None:
+    """Throughput, p99, dead tuples per hot table, oldest xmin age and RSS over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, samples = report["rows"], result["samples"]
+    size = report["bucket_seconds"]
+    xb = [(r["start_s"] + size / 2) / 60 for r in rows]
+    xs = [s["t"] / 60 for s in samples]
+    fig, axes = plt.subplots(5, 1, figsize=(10, 13), sharex=True)
+    axes[0].plot(xb, [r["completed"] * 60 / size for r in rows], marker="o", label="completed")
+    axes[0].plot(xb, [r["accepted"] * 60 / size for r in rows], ls="--", label="accepted")
+    axes[0].set_ylabel("jobs / min")
+    axes[1].plot(xb, [r["p99_ms"] for r in rows], marker="o", label="p99")
+    axes[1].plot(xb, [r["p50_ms"] for r in rows], marker=".", label="p50")
+    axes[1].set_ylabel("accept->start ms")
+    axes[1].set_yscale("log")
+    for table in HOT:
+        axes[2].plot(xs, [s["tables"].get(table, {}).get("dead", 0) for s in samples], label=table)
+    axes[2].set_ylabel("dead tuples")
+    axes[3].plot(xs, [s["xmin_age"] for s in samples], label="oldest xmin age")
+    axes[3].set_ylabel("xmin age (xids)")
+    names = sorted({k for s in samples for k in s["rss_kb"] if "/" not in k})
+    for name in names:
+        axes[4].plot(xs, [s["rss_kb"].get(name, 0) / 1024 for s in samples], label=name)
+    axes[4].set_ylabel("RSS MB (trees)")
+    axes[4].set_xlabel("minutes of load")
+    xact, outage = result["long_xact"], result.get("outage")
+    for ax in axes:
+        if xact["begin_s"] is not None and xact["end_s"] is not None:
+            ax.axvspan(xact["begin_s"] / 60, xact["end_s"] / 60, color="orange", alpha=0.15)
+        if outage:
+            ax.axvspan(outage["start_s"] / 60, outage["end_s"] / 60, color="red", alpha=0.15)
+        ax.legend(loc="upper left", fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(
+        "durable-jobs soak: long REPEATABLE READ transaction (orange), Redis down (red)"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def section(report: dict[str, Any], command: str, image: Path) -> list[str]:
+    m, cap, o = report["machine"], report["capacity"], report["outage"]
+    settings = ", ".join(f"`{k}={v}`" for k, v in report["settings"].items())
+    lines = [
+        BEGIN,
+        "## A day of load (`bench/soak.py`, issue 28)",
+        "",
+        f"Command: `{command}`. Machine: {m['nproc']} cores, {m['cpu']}, {m['memory']}; "
+        f"PostgreSQL {m['postgresql']} (a private cluster: {settings}), Redis {m['redis']}.",
+        "",
+        f"Capacity (closed loop, same run): {cap['jobs_per_s']:,} jobs/s completed; the load "
+        f"ran open loop at {report['rate']:,} jobs/s for {report['minutes']:g} min (single "
+        "submits from 4 web-like threads plus a `submit_many` producer, half each). A "
+        "REPEATABLE READ transaction held a snapshot from "
+        f"{_f((report['long_xact']['begin_s'] or 0) / 60)} to "
+        f"{_f((report['long_xact']['end_s'] or 0) / 60)} min.",
+        "",
+        f"![soak](img/{image.name})",
+        "",
+        *table_lines(report),
+        "",
+        *check_lines(report),
+        "",
+        "Every jobs_*/outbox_* relation over 64 kB (slope over the last half of the MVCC "
+        "phase; bytes per live row of its table):",
+        "",
+        *growth_lines(report),
+        "",
+    ]
+    if o:
+        lines += [
+            f"Broker outage: Redis killed at {o['start_s'] / 60:.1f} min for "
+            f"{(o['end_s'] - o['start_s']) / 60:.1f} min at load; {o['due_at_return']:,} rows "
+            f"due in the outbox when it returned, drained in {o['time_to_drain_s']:.1f}s "
+            f"({o['rows_per_s']:,} rows/s published); {o['submit_errors']} failed submits.",
+            "",
+        ]
+    lines.append(END)
+    return lines
+
+
+def splice(doc: str, section: list[str]) -> str:
+    """`doc` with its soak section replaced by this one (or added)."""
+    text = "\n".join(section) + "\n"
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        return head + text + "\n" + tail
+    if INSERT_BEFORE in doc:
+        head, tail = doc.split(INSERT_BEFORE, 1)
+        return head + text + "\n" + INSERT_BEFORE + tail
+    return doc.rstrip("\n") + "\n\n" + text
