@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.utils import html
 
-from jobs.callbacks.destination import MAX_URL_LENGTH, callback_url_check
+from jobs.callbacks.destination import API_URL_PATTERN, MAX_URL_LENGTH, callback_url_check
 from jobs.callbacks.selectors import job_callback_view
 from jobs.exceptions import InvalidCallbackUrl
 from jobs.links import AFTER_FAILURE_CHOICES, MAX_AFTER
@@ -147,9 +147,11 @@ class JobSubmitSerializer(ClosedSerializer):
         required=False,
         allow_null=True,
         default=None,
-        help_text="An https URL that receives a signed POST (Standard Webhooks) once the job "
-        "succeeds, fails or is cancelled. Private, loopback and link-local addresses are "
-        "refused (a 400), as is a tenant the server has no callback secret for.",
+        validators=[pattern_validator(API_URL_PATTERN, "callback_url")],
+        help_text="An https URL with a host name that receives a signed POST (Standard Webhooks) "
+        "once the job succeeds, fails or is cancelled (http only where the server allows it). "
+        "A tenant the server has no callback secret for is a 400; a name that resolves to a "
+        "private, loopback or link-local address is refused when the callback is sent.",
     )
 
     def validate_callback_url(self, value: str | None) -> str | None:
@@ -236,7 +238,8 @@ class CallbackAttemptSerializer(serializers.Serializer[dict[str, Any]]):
 class CallbackDeliverySerializer(serializers.Serializer[dict[str, Any]]):
     webhook_id = serializers.CharField(help_text="The `webhook-id` header: the same every try.")
     event = serializers.CharField()
-    status = serializers.ChoiceField(choices=["pending", "delivered", "failed"])
+    # Text, not an enum: a second `status` enum would rename the job's own in the schema.
+    status = serializers.CharField(help_text="`pending`, `delivered` or `failed`.")
     next_attempt_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     last_error = serializers.CharField(allow_blank=True)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from jobs.callbacks.delivery import delivery_decide
 from jobs.callbacks.destination import (
+    API_URL_PATTERN,
     RefusedDestination,
     address_allowed,
     callback_url_check,
@@ -200,3 +201,12 @@ def test_the_operations_docs_verification_snippet__verifies_a_real_request() -> 
     assert namespace["verify"](OTHER, headers, body) == "job-9-cancelled"
     with pytest.raises(ValueError):
         namespace["verify"](SECRET, headers, body + b"x")
+
+
+@given(st.from_regex(API_URL_PATTERN))
+def test_every_url_the_api_schema_allows__passes_the_check(url: str) -> None:
+    """The API's pattern is no looser than the check: a schema-valid URL is not a 400."""
+    from django.test import override_settings
+
+    with override_settings(JOBS_CALLBACK_ALLOW_HTTP=True):
+        assert callback_url_check(url) == url
