@@ -8,6 +8,7 @@ takes its time: a sender killed meanwhile).
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -81,9 +82,12 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def callback_receiver(**options: Any) -> Iterator[Receiver]:
+def callback_receiver(*, tls: ssl.SSLContext | None = None, **options: Any) -> Iterator[Receiver]:
+    """A receiver; with `tls`, an https one (the context holds its certificate)."""
     receiver = Receiver(**options)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     receiver.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
