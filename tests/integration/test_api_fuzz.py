@@ -23,14 +23,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.cache import cache
 from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test.testcases import LiveServerThread
 
+import jobs
 from jobs import registry
 from jobs.api.services import api_token_issue
-from jobs.models import StoredObject
+from jobs.models import StoredObject, Tenant
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SCHEMATHESIS = [sys.executable, "-m", "schemathesis.cli"]  # the CLI of this environment
@@ -38,6 +40,8 @@ SCHEMATHESIS = [sys.executable, "-m", "schemathesis.cli"]  # the CLI of this env
 # generated requests do not depend on which other kinds this process happens to have imported.
 FUZZ_KINDS = ("noop", "report.generate", "document.index")
 RUN_TIMEOUT = 240
+AFTER_IDS = 30  # jobs made for `after` to name (a drawn list with more distinct ids repeats them)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _NoDelayWSGIServer(ThreadedWSGIServer):
@@ -90,6 +94,13 @@ def test_api_matches_its_schema__schemathesis_all_checks(
     api_server: str, fuzz_kinds: None, fuzz_settings: None, tmp_path: Path
 ) -> None:
     token = api_token_issue(username="fuzzer", tenant_name="fuzz")
+    fuzzer = get_user_model().objects.get(username="fuzzer")
+    tenant = Tenant.objects.get(name="fuzz")
+    # Jobs a body's `after` may name (schemathesis_hooks.map_body): the caller's tenant's.
+    existing = [
+        str(jobs.submit(kind="noop", input={"n": n}, owner=fuzzer, tenant=tenant).pk)
+        for n in range(AFTER_IDS)
+    ]
     har = tmp_path / "run.har"
     command = [
         *SCHEMATHESIS,
@@ -110,6 +121,11 @@ def test_api_matches_its_schema__schemathesis_all_checks(
     # Its own directory (hypothesis and schemathesis write state there) and no SCHEMATHESIS_*
     # variables of the developer's: only the config file steers the run.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEMATHESIS_")}
+    env |= {
+        "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",
+        "FUZZ_AFTER_IDS": ",".join(existing),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    }
     run = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
     )
@@ -123,6 +139,23 @@ def test_api_matches_its_schema__schemathesis_all_checks(
     assert answered["POST", "/api/jobs/", 202], answered
     assert answered["GET", "/api/jobs/{id}/", 200], answered
     assert StoredObject.objects.filter(owner__username="fuzzer").exists()
+    # The hook's real ids were accepted: some accepted job waits for jobs it named.
+    assert _accepted_with_after(har), "no 202 for a body naming jobs in `after`"
+
+
+def _accepted_with_after(har: Path) -> int:
+    """POST /api/jobs/ answered 202 whose body named at least one job in `after`."""
+    count = 0
+    for entry in json.loads(har.read_text())["log"]["entries"]:
+        request = entry["request"]
+        if request["method"] != "POST" or entry["response"]["status"] != 202:
+            continue
+        try:
+            body = json.loads(request.get("postData", {}).get("text") or "null")
+        except ValueError:
+            continue
+        count += isinstance(body, dict) and bool(body.get("after"))
+    return count
 
 
 UUID_SEGMENT = re.compile(
