@@ -186,19 +186,7 @@ def handler(
     ticker still runs (jobs.ticks.CatchUp). A bad schedule raises ScheduleInvalid here."""
     if input_schema is not None:
         jsonschema.Draft202012Validator.check_schema(input_schema)
-    periodic = (
-        ScheduleSpec(
-            name=kind,
-            kind=kind,
-            cron=schedule,
-            timezone=timezone,
-            catch_up=catch_up_check(catch_up),
-            catch_up_seconds=catch_up_seconds,
-            input=dict(schedule_input or {}),
-        )
-        if schedule is not None
-        else None
-    )
+    periodic = _schedule_of(kind, schedule, timezone, catch_up, catch_up_seconds, schedule_input)
 
     def register(fn: HandlerFn) -> HandlerFn:
         spec = KindSpec(
@@ -227,6 +215,28 @@ def handler(
         return fn
 
     return register
+
+
+def _schedule_of(
+    kind: str,
+    cron: str | None,
+    timezone: str,
+    catch_up: CatchUp | str,
+    catch_up_seconds: int,
+    schedule_input: dict[str, Any] | None,
+) -> ScheduleSpec | None:
+    """The kind's schedule (named after the kind) from `@handler`'s arguments, or None."""
+    if cron is None:
+        return None
+    return ScheduleSpec(
+        name=kind,
+        kind=kind,
+        cron=cron,
+        timezone=timezone,
+        catch_up=catch_up_check(catch_up),
+        catch_up_seconds=catch_up_seconds,
+        input=dict(schedule_input or {}),
+    )
 
 
 def kind_latest(kind: str) -> KindSpec:

@@ -34,6 +34,7 @@ from .fields import (
     regex_for_schema,
 )
 from .parsers import DepthLimitedJSONParser
+from .queries import JobListQuerySerializer, JobPageQuerySerializer, JobWaitQuerySerializer
 from .selectors import (
     job_visible_or_404,
     job_wait_for_status_change,
@@ -44,12 +45,9 @@ from .selectors import (
 from .serializers import (
     CancelSerializer,
     JobAcceptedSerializer,
-    JobListQuerySerializer,
-    JobPageQuerySerializer,
     JobResultSerializer,
     JobStatusSerializer,
     JobSubmitSerializer,
-    JobWaitQuerySerializer,
     client_status,
 )
 from .view_base import ApiView, error_responses
