@@ -18,7 +18,9 @@
    and time to drain), then one more minute of load.
 6. Arrivals stop, every accepted job must finish; each one is checked (succeeded, exactly one
    claim that succeeded) and the targets are printed (bench/soak_report.py), the JSON written
-   under var/bench/, the plot and, with --write-docs, the section of docs/benchmarks.md.
+   under var/bench/ (soak.json; soak-raw.json with every latency, which `--render` turns
+   into the report again), the plot and, with --write-docs, the section of
+   docs/benchmarks.md.
 
 Safety: 127.0.0.1 only; every process it started is stopped by pid; the private cluster, the
 private Redis and the temp dirs are removed at the end, also on failure or Ctrl-C.
@@ -44,6 +46,7 @@ if str(ROOT) not in sys.path:
 
 from bench import soak_report  # noqa: E402
 from bench.infra import Fleet, machine_info, wait_until  # noqa: E402
+from bench.soak_check import job_outcomes  # noqa: E402
 from bench.soak_load import AcceptLog, Load  # noqa: E402
 from bench.soak_probe import LongTransaction, Probe, rss_kb, server_settings  # noqa: E402
 from tests.chaos.private_pg import PrivatePostgres  # noqa: E402
@@ -78,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--plot", type=Path, default=None, help="default docs/img/soak.png")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
+    parser.add_argument(
+        "--render", type=Path, default=None, help="redo the report from a soak-raw.json"
+    )
     args = parser.parse_args(argv)
     if args.minutes <= 0 or not 0 < args.load <= 1:
         parser.error("--minutes must be > 0 and --load in (0, 1]")
@@ -313,6 +319,15 @@ class Soak:
             "SELECT count(*) FROM outbox_outboxentry WHERE published_at >= to_timestamp(%s)",
             [back_wall],
         )
+        # The backlog itself (rows written before Redis returned): when its first row went
+        # out (the processes' reconnect) and how fast the rest followed.
+        ((backlog, first, last),) = self.query(
+            "SELECT count(*), EXTRACT(EPOCH FROM min(published_at)) - %s, "
+            "EXTRACT(EPOCH FROM max(published_at)) - %s FROM outbox_outboxentry "
+            "WHERE created_at < to_timestamp(%s) AND published_at >= to_timestamp(%s)",
+            [back_wall, back_wall, back_wall, back_wall],
+        )
+        active = float(last or 0) - float(first or 0)
         seconds = drained - back
         self.result["outage"] = {
             "start_s": round(at, 1),
@@ -323,11 +338,16 @@ class Soak:
             "published_while_draining": int(published),
             "time_to_drain_s": round(seconds, 1),
             "rows_per_s": round(int(published) / seconds, 1) if seconds > 0 else None,
+            "backlog_published": int(backlog),
+            "first_publish_after_s": round(float(first or 0), 2),
+            "backlog_rows_per_s": round(int(backlog) / active, 1) if active > 0 else None,
             "submit_errors": self.log.error_count - errors_before,
         }
         log(
             f"outbox drained in {seconds:.1f}s: {published} rows published "
-            f"({self.result['outage']['rows_per_s']} rows/s)"
+            f"({self.result['outage']['rows_per_s']} rows/s); the backlog's {backlog} rows "
+            f"from {float(first or 0):.1f}s on at {self.result['outage']['backlog_rows_per_s']} "
+            "rows/s"
         )
 
     def run(self) -> dict[str, Any]:
@@ -382,63 +402,13 @@ class Soak:
         self.result["submit_error_count"] = self.log.error_count
         self.result["slowest_submit_s"] = round(self.log.slowest_submit, 3)
         self.result["samples"] = [asdict(s) for s in self.probe.samples]
-        self.result["jobs"] = self.job_outcomes(started_wall)
+        self.result["jobs"] = job_outcomes(self.query, self.log.read(), started_wall)
         return self.result
 
     def wait_phase(self, started: float, until: float) -> None:
         while time.monotonic() - started < until:
             time.sleep(min(5.0, max(0.0, until - (time.monotonic() - started))))
             self.supervise()
-
-    def job_outcomes(self, started_wall: float) -> dict[str, Any]:
-        """Every accepted job: accept->start latency and finish time, and the exactly-once
-        check (state succeeded, one claim that succeeded: claims counted from the events)."""
-        accepted_log = list(self.log.read())
-        ids = [pk for pk, _ in accepted_log]
-        accepted = [at for _, at in accepted_log]
-        latency: list[tuple[float, float]] = []  # (accepted at, seconds to start)
-        finished: list[float] = []
-        states: dict[str, int] = {}
-        missing = retried = duplicated = unrecorded = 0
-        chunk = 5000
-        for i in range(0, len(ids), chunk):
-            part = ids[i : i + chunk]
-            rows = {
-                str(pk): (state, start, end, attempt, succeeded)
-                for pk, state, start, end, attempt, succeeded in self.query(
-                    "SELECT j.id, j.state, EXTRACT(EPOCH FROM j.started_at), "
-                    "EXTRACT(EPOCH FROM j.finished_at), j.attempt, "
-                    "(SELECT count(*) FROM jobs_jobevent e "
-                    " WHERE e.job_id = j.id AND e.to_state = 'succeeded') "
-                    "FROM jobs_job j WHERE j.id = ANY(%s::uuid[])",
-                    [part],
-                )
-            }
-            for pk, at in zip(part, accepted[i : i + chunk], strict=True):
-                row = rows.get(pk)
-                if row is None:
-                    missing += 1
-                    continue
-                state, start, end, attempt, succeeded = row
-                states[state] = states.get(state, 0) + 1
-                retried += int(attempt or 0) > 1
-                duplicated += int(succeeded) > 1
-                unrecorded += int(succeeded) == 0
-                if start is not None:
-                    latency.append((at - started_wall, float(start) - at))
-                if end is not None:
-                    finished.append(float(end) - started_wall)
-        return {
-            "accepted": len(ids),
-            "states": states,
-            "missing": missing,
-            "lost": len(ids) - states.get("succeeded", 0),
-            "attempts_over_one": retried,
-            "succeeded_events_over_one": duplicated,
-            "succeeded_events_none": unrecorded,
-            "latency": latency,
-            "finished": finished,
-        }
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -448,12 +418,21 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    soak = Soak(args)
-    try:
-        result = soak.run()
-    finally:
-        soak.close()
+    if args.render:
+        result = json.loads(args.render.read_text())
+        command = result.get("command", "python bench/soak.py")
+    else:
+        signal.signal(signal.SIGTERM, _interrupt)
+        soak = Soak(args)
+        try:
+            result = soak.run()
+        finally:
+            soak.close()
+        command = " ".join(["python bench/soak.py", *(sys.argv[1:] if argv is None else argv)])
+        result["command"] = command
+        args.out.mkdir(parents=True, exist_ok=True)
+        # Everything measured, latencies included: --render redoes the report from it.
+        (args.out / "soak-raw.json").write_text(json.dumps(result, default=str))
     report = soak_report.analyze(result)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -465,7 +444,6 @@ def main(argv: list[str] | None = None) -> int:
     soak_report.print_report(report)
     log(f"results: {args.out / 'soak.json'}; plot: {args.plot}")
     if args.write_docs:
-        command = "make bench-soak SOAK_MINUTES=" + f"{args.minutes:g}"
         doc = soak_report.splice(
             args.docs.read_text(), soak_report.section(report, command, args.plot)
         )
