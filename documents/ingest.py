@@ -24,6 +24,7 @@ from jobs.context import JobContext
 from jobs.exceptions import PermanentError
 from jobs.registry import handler
 
+from .access import document_index_authorize_submit
 from .models import Document, DocumentChunkIndex, DocumentRevision, DocumentSummary
 
 CHUNK_WORDS = 50
@@ -86,13 +87,12 @@ def _work(ctx: JobContext, input: dict[str, Any]) -> None:
         ctx.heartbeat()
 
 
-def _authorize(**kwargs: Any) -> None:
-    from .kinds import document_index_authorize_submit
-
-    document_index_authorize_submit(**kwargs)
-
-
-@handler("document.ingest", input_schema=INGEST_SCHEMA, authorize_submit=_authorize, **_POLICY)
+@handler(
+    "document.ingest",
+    input_schema=INGEST_SCHEMA,
+    authorize_submit=document_index_authorize_submit,
+    **_POLICY,
+)
 def document_ingest(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """Split the revision into spans of `chunk_words` words; one index job per span and a
     summary after all of them, written with this job's success."""
@@ -116,7 +116,12 @@ def document_ingest(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"chunks": len(chunks), "summary": str(summary)}
 
 
-@handler("document.index_chunk", input_schema=CHUNK_SCHEMA, authorize_submit=_authorize, **_POLICY)
+@handler(
+    "document.index_chunk",
+    input_schema=CHUNK_SCHEMA,
+    authorize_submit=document_index_authorize_submit,
+    **_POLICY,
+)
 def document_index_chunk(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """The top terms of one span of words: a DocumentChunkIndex row, and the job's result."""
     revision = _revision(ctx, input["document_id"])
@@ -134,7 +139,12 @@ def document_index_chunk(ctx: JobContext, input: dict[str, Any]) -> dict[str, An
     return {"chunk": input["chunk"], "terms": terms}
 
 
-@handler("document.summarize", input_schema=SUMMARY_SCHEMA, authorize_submit=_authorize, **_POLICY)
+@handler(
+    "document.summarize",
+    input_schema=SUMMARY_SCHEMA,
+    authorize_submit=document_index_authorize_submit,
+    **_POLICY,
+)
 def document_summarize(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """Once every chunk job ended: their terms merged (the succeeded ones) into one row."""
     revision = _revision(ctx, input["document_id"])

@@ -8,17 +8,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from jobs.context import JobContext
-from jobs.exceptions import Forbidden, PermanentError
+from jobs.exceptions import PermanentError
 from jobs.registry import handler
-from jobs.selectors import rows_of_job_tenant
 
+from .access import document_index_authorize_submit
 from .models import Document
 from .services import document_index_publish_if_newer
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import User
-
-    from jobs.models import Tenant
+    pass
 
 INDEX_SCHEMA = {
     "type": "object",
@@ -34,15 +32,6 @@ INDEX_SCHEMA = {
 def index_terms(text: str, *, limit: int = 50) -> dict[str, int]:
     words = re.findall(r"[a-z0-9]+", text.lower())
     return dict(Counter(words).most_common(limit))
-
-
-def document_index_authorize_submit(
-    *, owner: User, tenant: Tenant | None, input: dict[str, Any]
-) -> None:
-    """At submission: the document is the job's tenant's, or nothing is accepted (404)."""
-    rows = rows_of_job_tenant(Document, tenant_id=tenant.pk if tenant else None, owner_id=owner.pk)
-    if not rows.filter(pk=input["document_id"]).exists():
-        raise Forbidden("document not found")
 
 
 @handler(

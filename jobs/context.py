@@ -11,7 +11,7 @@ from uuid import UUID
 
 from django.core.exceptions import ValidationError
 
-from . import effects, links
+from . import effects, follow_ups, links
 from .artifacts import artifact_write_once
 from .exceptions import Forbidden, LeaseLost
 from .leases import Lease, lease_heartbeat, report_stale_write
@@ -220,7 +220,7 @@ class JobContext:
         input: dict[str, Any] | None = None,
         *,
         owner: User | None = None,
-        tenant: Tenant | object | None = links.INHERIT,
+        tenant: Tenant | object | None = follow_ups.INHERIT,
         business_key: str | None = None,
         input_version: int = 1,
         idempotency_key: str | None = None,
@@ -237,8 +237,10 @@ class JobContext:
         unless given. `after` may name earlier follow-ups of this context. Returns the id
         the job will have."""
         self._ensure_owned()
-        checked = links.follow_up_check(
-            self,
+        checked = follow_ups.follow_up_check(
+            parent_id=self.job_id,
+            parent_scope=self.job_scope(),
+            siblings={s.request.job_id for s in self._follow_ups if s.request.job_id},
             kind=kind,
             input={} if input is None else input,
             owner=owner,
@@ -264,7 +266,7 @@ class JobContext:
     def job_scope(self) -> tuple[User, Tenant | None]:
         """This job's owner and tenant as rows (two queries, once)."""
         if self._scope is None:
-            self._scope = links.scope_rows(owner_id=self.owner, tenant_id=self.tenant_id)
+            self._scope = follow_ups.scope_rows(owner_id=self.owner, tenant_id=self.tenant_id)
         return self._scope
 
     def dependencies(self) -> list[links.Dependency]:

@@ -29,11 +29,12 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import admission, dispatch, links
+from . import admission, dispatch
 from .completion import Completion, complete_many
 from .effects import effect_apply_local
 from .events import job_event_record
 from .exceptions import LeaseLost
+from .follow_ups import follow_ups_write
 from .leases import Lease, fenced_transaction, job_update_if_leased, lease_lost, report_stale_write
 from .models import QuarantineRecord
 from .retry import Decision
@@ -93,7 +94,7 @@ def job_complete(
             if keys:
                 admission.admission_handoff(lease, left_active=True)
         if follow_ups:
-            links.follow_ups_write(lease, follow_ups)
+            follow_ups_write(lease, follow_ups)
 
 
 def leave(lease: Lease, exit: Exit) -> None:

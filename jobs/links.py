@@ -1,11 +1,7 @@
-"""Follow-up jobs (`ctx.submit`) and fan-in (`after=`): how jobs name other jobs.
+"""Fan-in (`after=`): a job that waits for other jobs (follow-ups, `ctx.submit`, are
+jobs.follow_ups).
 
-A follow-up is a job a handler asks for (`JobContext.submit`): checked when asked, written by
-the completion that records its parent's success, in that transaction (jobs.lifecycle). A
-parent whose success does not commit (an error, a retry, a lost lease) submits nothing. The
-follow-up's `parent` is the job that submitted it.
-
-Fan-in: a job submitted with `after=[ids]` is written `waiting` (shown to clients as queued,
+A job a job submitted with `after=[ids]` is written `waiting` (shown to clients as queued,
 with `waiting_for`), with one JobDependency row per id and a dormant outbox row (due at
 `DORMANT_AT`, which no relay sweep reaches). Waiting, it is never claimed: no claim takes a
 waiting row, and no message of it is published. The database releases it, whatever path
@@ -31,20 +27,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from django.contrib.auth import get_user_model
 from django.db import connection
 
 from .exceptions import InvalidDependency
-from .ids import uuid7
-from .models import Job, JobDependency, Tenant
-from .rows import CheckedSubmit, SubmitRequest
+from .models import Job, JobDependency
+from .selectors import logical_scope
 from .states import TERMINAL
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import User
-
-    from .context import JobContext
-    from .leases import Lease
+    pass
 
 # The due time of a waiting job's outbox row until its release makes it due.
 DORMANT_AT = datetime(9999, 12, 31, tzinfo=UTC)
@@ -67,10 +58,6 @@ _ENDED_SQL = (
     "SELECT jobs_dependency_ended(%s::uuid, d.id, d.state, %s::boolean) "
     "FROM unnest(%s::uuid[], %s::text[]) AS d(id, state)"
 )
-
-
-# `ctx.submit(tenant=INHERIT)`: the parent's tenant (None is "no tenant": a personal job).
-INHERIT: Any = type("Inherit", (), {"__repr__": lambda self: "INHERIT"})()
 
 
 def after_check(after: Sequence[Any], after_failure: str) -> tuple[UUID, ...]:
@@ -101,8 +88,6 @@ def dependencies_record(waiter: Job, after: Sequence[UUID], *, after_failure: st
 
     The row locks order this against a dependency's end: one that commits first is read
     here as ended; one that commits later finds the edges and counts down itself."""
-    from .submission import logical_scope
-
     scope = logical_scope(owner_id=waiter.owner_id, tenant_id=waiter.tenant_id)
     found = dict(
         Job.objects.select_for_update(no_key=True)
@@ -154,72 +139,3 @@ def dependencies_of(job_id: UUID) -> list[Dependency]:
         .values_list("pk", "kind", "state", "result", "error_category", "error_message")
     )
     return [Dependency(*row) for row in rows]
-
-
-# -- follow-ups ------------------------------------------------------------------------------
-
-
-def scope_rows(*, owner_id: int, tenant_id: int | None) -> tuple[User, Tenant | None]:
-    """A job's owner and tenant as rows, for its follow-ups' checks and rows."""
-    owner = get_user_model().objects.get(pk=owner_id)
-    tenant = None if tenant_id is None else Tenant.objects.get(pk=tenant_id)
-    return owner, tenant
-
-
-def follow_up_check(
-    ctx: JobContext,
-    *,
-    owner: User | None,
-    tenant: Tenant | object | None,
-    after: Sequence[Any],
-    **fields: Any,
-) -> CheckedSubmit:
-    """`ctx.submit`'s request, checked as `jobs.submit` checks one, with a new id and its
-    parent; each id of `after` names an earlier follow-up of `ctx` or an existing job of the
-    follow-up's scope (InvalidDependency, raised in the handler)."""
-    from .submission import job_check, logical_scope
-
-    parent_owner, parent_tenant = ctx.job_scope()
-    owner = parent_owner if owner is None else owner
-    tenant = parent_tenant if tenant is INHERIT else tenant
-    assert tenant is None or isinstance(tenant, Tenant)
-    parent = Job(pk=ctx.job_id)
-    parent._state.adding = False
-    request = SubmitRequest(
-        input_ref=None,
-        replay_of=None,
-        owner=owner,
-        tenant=tenant,
-        after=after,
-        parent=parent,
-        job_id=uuid7(),
-        **fields,
-    )
-    checked = job_check(request)
-    siblings = {s.request.job_id for s in ctx.follow_ups}
-    existing = [pk for pk in checked.request.after if pk not in siblings]
-    if existing:
-        scope = logical_scope(owner_id=owner.pk, tenant_id=tenant.pk if tenant else None)
-        found = set(Job.objects.filter(scope, pk__in=existing).values_list("pk", flat=True))
-        missing = [str(pk) for pk in existing if pk not in found]
-        if missing:
-            raise InvalidDependency(
-                f"after: no job {', '.join(missing[:5])} in the follow-up's tenant (or the "
-                "owner's personal jobs), nor among this handler's follow-ups"
-            )
-    return checked
-
-
-def follow_ups_write(lease: Lease, follow_ups: Sequence[CheckedSubmit]) -> list[Job]:
-    """In the transaction of `lease`'s success, after its fenced update applied: write the
-    follow-ups (jobs.bulk_submit.jobs_submit_checked: the one row builder)."""
-    from .bulk_submit import jobs_submit_checked
-
-    if not follow_ups:
-        return []
-    if not connection.in_atomic_block:
-        raise RuntimeError("follow-ups are written inside their parent's success transaction")
-    assert all(
-        s.request.parent is not None and s.request.parent.pk == lease.job_id for s in follow_ups
-    )
-    return jobs_submit_checked(follow_ups)

@@ -79,3 +79,10 @@ def job_input_object_open(*, job_id: UUID, tenant_id: int | None, owner_id: int)
         # No input_ref, or another tenant's object: one answer, which says nothing about it.
         raise Forbidden("the job has no input object in its tenant")
     return default_storage.open(found.storage_name, "rb")
+
+
+def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
+    """Where a business key is unique: the tenant, or the owner for personal jobs."""
+    if tenant_id is not None:
+        return Q(tenant_id=tenant_id)
+    return Q(tenant__isnull=True, owner_id=owner_id)

@@ -23,7 +23,6 @@ from uuid import UUID
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from outbox.fastpath import writing
@@ -45,6 +44,7 @@ from .rows import (
     accepted_details,
     job_values,
 )
+from .selectors import logical_scope
 from .states import CLAIMABLE, JobState
 
 logger = logging.getLogger(__name__)
@@ -83,13 +83,6 @@ def job_request_fingerprint(
     if callback_url is not None:
         body["callback_url"] = callback_url
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
-
-
-def logical_scope(*, owner_id: int, tenant_id: int | None) -> Q:
-    """Where a business key is unique: the tenant, or the owner for personal jobs."""
-    if tenant_id is not None:
-        return Q(tenant_id=tenant_id)
-    return Q(tenant__isnull=True, owner_id=owner_id)
 
 
 def _existing_for_replay(request: SubmitRequest) -> Job | None:
