@@ -149,7 +149,16 @@ def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None
         OutboxEntry.objects.filter(id=row_id, published_at__isnull=True).update(
             reserved_until=None, available_at=now + timedelta(seconds=delay), last_error=error
         )
-        logger.warning("outbox publish failed", extra={"outbox_id": row_id, "error": error})
+    if errors:
+        # One line per failed publish call, not per row: a broker outage under load fails
+        # thousands of rows a second (each row keeps its own error in `last_error`).
+        first_id, first_error = next(iter(errors.items()))
+        logger.warning(
+            "outbox publish failed for %d row(s): %s",
+            len(errors),
+            first_error,
+            extra={"outbox_ids": list(errors)[:20], "outbox_id": first_id, "error": first_error},
+        )
 
 
 def _publish_and_mark(
