@@ -104,13 +104,23 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # unwind: every worker and the private Redis get stopped
 
 
+def _kept_sections(old: str, new: str) -> str:
+    """`new` (the whole doc rewritten) with the sections other commands record kept from
+    `old`: the soak's (`make bench-soak`, bench/soak.py)."""
+    from bench import soak_report
+    from bench.splice import carry
+
+    return carry(old, new, soak_report.SECTION)
+
+
 def render(path: Path) -> int:
     """Rewrite docs/benchmarks.md from a saved results file (var/bench/last.json)."""
     from bench import report
 
     data = json.loads(path.read_text())
     doc = ROOT / "docs" / "benchmarks.md"
-    doc.write_text(report.markdown(data["meta"], data["results"], report.targets(data["results"])))
+    new = report.markdown(data["meta"], data["results"], report.targets(data["results"]))
+    doc.write_text(_kept_sections(doc.read_text() if doc.exists() else "", new))
     print(f"wrote {doc.relative_to(ROOT)} from {path}")
     return 0
 
@@ -233,7 +243,8 @@ def main(argv: list[str]) -> int:
             print(f"replaced the {name} section of {path.relative_to(ROOT)}")
     elif writes_doc:
         path = ROOT / "docs" / "benchmarks.md"
-        path.write_text(report.markdown(meta, results, targets))
+        new = report.markdown(meta, results, targets)
+        path.write_text(_kept_sections(path.read_text() if path.exists() else "", new))
         print(f"wrote {path.relative_to(ROOT)}")
     failed = [t for t in targets if not t["ok"]]
     return 1 if args.strict and failed else 0

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.infra import pct
+from bench.splice import Section
+from bench.splice import splice as splice_section
 
 BEGIN, END = "<!-- soak: begin -->", "<!-- soak: end -->"
 INSERT_BEFORE = "## API submission latency"
+# No rows in the targets table: the soak's targets are in its own section.
+SECTION = Section(BEGIN, END, INSERT_BEFORE, "soak:")
 HOT = ("jobs_job", "jobs_jobevent", "outbox_outboxentry")
 DEAD_FLOOR = 1000  # a first minute with (almost) no dead tuples: 2x of it is this floor
 RECOVERY_S = 300.0  # dead tuples back under 2x within this long after the transaction ends
@@ -462,12 +466,4 @@ def section(report: dict[str, Any], command: str, image: Path) -> list[str]:
 
 def splice(doc: str, section: list[str]) -> str:
     """`doc` with its soak section replaced by this one (or added)."""
-    text = "\n".join(section) + "\n"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        return head + text + "\n" + tail
-    if INSERT_BEFORE in doc:
-        head, tail = doc.split(INSERT_BEFORE, 1)
-        return head + text + "\n" + INSERT_BEFORE + tail
-    return doc.rstrip("\n") + "\n\n" + text
+    return splice_section(doc, SECTION, section, [])

@@ -21,6 +21,15 @@ class Section:
     target_prefix: str  # the names of its rows in the targets table start with this
 
 
+def carry(old: str, new: str, where: Section) -> str:
+    """`new` with `old`'s section kept: a section another command records (the soak's) that
+    a rewrite of the whole doc would drop."""
+    if where.begin not in old or where.end not in old or where.begin in new:
+        return new
+    kept = where.begin + old.split(where.begin, 1)[1].split(where.end, 1)[0] + where.end
+    return splice(new, where, kept.split("\n"), [])
+
+
 def splice(doc: str, where: Section, section: list[str], checks: list[dict[str, Any]]) -> str:
     """`doc` with the section and its target rows replaced by these (or added)."""
     text = "\n".join(section) + "\n"
