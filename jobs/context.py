@@ -213,7 +213,7 @@ class JobContext:
     def local_effects(self) -> list[tuple[str, Callable[[str], Any]]]:
         return list(self._local_effects)
 
-    # -- follow-ups and fan-in (jobs.links) ---------------------------------------------------
+    # -- follow-ups (jobs.follow_ups) and fan-in (jobs.links) ----------------------------------
     def submit(
         self,
         kind: str,
