@@ -175,6 +175,13 @@ class JobsSettings(AppSettings):
     CALLBACK_ALLOW_HTTP: Setting[bool] = Setting(
         False, "Accept http:// callback URLs (https:// only by default)."
     )
+    CALLBACK_ALLOWED_HOSTS: Setting[dict[str, list[str]]] = Setting(
+        {},
+        "Hosts each tenant's callbacks may go to, by tenant name ('' for jobs without a "
+        "tenant): a host name, or '.example.com' for it and its subdomains; checked at submit "
+        "and again at send time. A tenant without an entry may name any host that passes the "
+        "address checks.",
+    )
     CALLBACK_ALLOWED_NETWORKS: Setting[list[str]] = Setting(
         [],
         "Networks (CIDR) a callback may reach although they are not public (loopback, "

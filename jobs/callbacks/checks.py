@@ -32,4 +32,19 @@ def jobs_callback_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="jobs.E021",
                 )
             )
+    hosts = getattr(settings, "JOBS_CALLBACK_ALLOWED_HOSTS", {})
+    if not isinstance(hosts, dict) or not all(
+        isinstance(name, str)
+        and isinstance(entries, list | tuple)
+        and all(isinstance(e, str) and e.strip(".") for e in entries)
+        for name, entries in hosts.items()
+    ):
+        errors.append(
+            Error(
+                "JOBS_CALLBACK_ALLOWED_HOSTS must map tenant names ('' for jobs without a "
+                "tenant) to lists of host names (e.g. {'acme': ['hooks.acme.com', "
+                "'.acme.net']}).",
+                id="jobs.E022",
+            )
+        )
     return errors

@@ -47,6 +47,7 @@ from jobs.retry import backoff_delay
 from jobs.selectors import job_owner_has_access
 from outbox.failpoints import failpoint, failpoints_add
 
+from .destination import host_allowed, url_host
 from .payload import callback_body
 from .signing import signed_headers, tenant_keys
 from .transport import Answer, CallbackRequest, SendFailed, send_within_deadline
@@ -155,7 +156,15 @@ def _request(claimed: Claimed, job: Job | None) -> CallbackRequest | SendFailed:
     if not job_owner_has_access(job_id=job.pk):
         # Invariant 7: a result is released only while its owner may still see the job.
         return SendFailed("forbidden: the job's owner may no longer see it", refused=True)
-    keys = tenant_keys(job.tenant.name if job.tenant is not None else None)
+    tenant_name = job.tenant.name if job.tenant is not None else None
+    if not host_allowed(url_host(job.callback_url), tenant_name):
+        # Re-checked at send time: the allow-list may have changed since the submit.
+        return SendFailed(
+            "refused destination: the host is not among the tenant's callback hosts "
+            "(JOBS_CALLBACK_ALLOWED_HOSTS)",
+            refused=True,
+        )
+    keys = tenant_keys(tenant_name)
     if not keys:
         return SendFailed("no callback secret for the job's tenant (JOBS_CALLBACK_SECRETS)")
     body = callback_body(job, event=delivery.event)

@@ -8,7 +8,9 @@ resolves elsewhere between the check and the connect (DNS rebinding) changes not
 Allowed: a public (global unicast) address, or one inside JOBS_CALLBACK_ALLOWED_NETWORKS.
 Refused: loopback, private, link-local (169.254.169.254 among them), multicast, reserved,
 unspecified and shared addresses, v4 or v6, and a v6 address that embeds a refused v4 one
-(v4-mapped, 6to4, NAT64).
+(v4-mapped, 6to4, NAT64). Per tenant (`host_allowed`, JOBS_CALLBACK_ALLOWED_HOSTS): the
+hosts its callbacks may name, checked at submit (jobs.callbacks.services) and at each send
+(jobs.callbacks.delivery).
 """
 
 from __future__ import annotations
@@ -95,6 +97,11 @@ def _split(url: str) -> SplitResult:
     return parts
 
 
+def url_host(url: str) -> str:
+    """The host a callback URL names (checked by `callback_url_check` first)."""
+    return _split(url).hostname or ""
+
+
 def callback_url_check(url: str) -> str:
     """The URL if a callback may be sent to it (module docstring), else InvalidCallbackUrl."""
     parts = _split(url)
@@ -119,6 +126,21 @@ def callback_url_check(url: str) -> str:
     elif not _HOST_NAME.match(host):
         raise InvalidCallbackUrl("callback_url has an invalid host name")
     return url
+
+
+def host_allowed(host: str, tenant_name: str | None) -> bool:
+    """May callbacks of `tenant_name`'s jobs (None: without a tenant) go to `host`?
+    JOBS_CALLBACK_ALLOWED_HOSTS: a tenant with an entry only to its hosts ('.example.com':
+    the domain and its subdomains); one without an entry to any host."""
+    allowed = jobs_settings.CALLBACK_ALLOWED_HOSTS.get(tenant_name or "")
+    if allowed is None:
+        return True
+    name = host.lower().rstrip(".")
+    for entry in allowed:
+        entry = entry.lower().rstrip(".")
+        if name == entry.lstrip(".") or (entry.startswith(".") and name.endswith(entry)):
+            return True
+    return False
 
 
 def destination_resolve(host: str, port: int) -> str:
