@@ -77,6 +77,11 @@ class JobContext:
         return self._lease.tenant_id
 
     @property
+    def priority(self) -> int:
+        """The job's priority (-100..100), e.g. for its follow-ups. From the lease: no query."""
+        return self._lease.priority
+
+    @property
     def lease(self) -> Lease:
         return self._lease
 

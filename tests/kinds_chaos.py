@@ -22,6 +22,8 @@ EXPECTED: dict[str, set[str]] = {
     "chaos.notify": {"succeeded"},
     "chaos.permanent": {"quarantined"},
     "chaos.crash": {"quarantined"},
+    "chaos.fan_out": {"succeeded"},
+    "chaos.join": {"succeeded"},
 }
 
 
@@ -91,3 +93,29 @@ def chaos_permanent(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
 def chaos_crash(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
     """The poison job: kills its worker process on every attempt."""
     os._exit(137)
+
+
+@handler("chaos.fan_out", lease_seconds=2, **_BUDGET)
+def chaos_fan_out(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Follow-ups and fan-in: `n` notify children (at this job's priority) and one join
+    after them, all written with this job's success; then work after asking (a kill there
+    must leave no child behind)."""
+    n = int(input.get("n", 2))
+    children = [
+        ctx.submit("chaos.notify", {"before": 0.0, "after": 0.0}, priority=ctx.priority)
+        for _ in range(n)
+    ]
+    join = ctx.submit("chaos.join", {"n": n}, after=children)
+    _sleep(ctx, float(input.get("after", 0.0)))
+    return {"children": [str(c) for c in children], "join": str(join)}
+
+
+@handler("chaos.join", lease_seconds=2, **_BUDGET)
+def chaos_join(ctx: JobContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Runs once every sibling ended and sees each one's outcome (a wrong count is
+    permanent, so it shows as a quarantined join)."""
+    outcomes = ctx.dependencies()
+    if len(outcomes) != int(input["n"]):
+        raise PermanentError(f"join saw {len(outcomes)} dependencies, expected {input['n']}")
+    ctx.local_effect("receipt", lambda key: {"receipt": key})
+    return {"states": sorted(d.state for d in outcomes)}

@@ -11,7 +11,10 @@ Checks (each failure is a `violation` with the job id, so the JobEvent trail can
   4. no job has two terminal events; the trail is well-formed: each claim's generation is
      the previous claim's + 1, every other worker write carries the current generation, and
      the last event's state is the job's state;
-  5. the run exercised the fences: duplicate deliveries + stale writes rejected > 0.
+  5. the run exercised the fences: duplicate deliveries + stale writes rejected > 0;
+  6. follow-ups (FAN_OUT kinds): a succeeded parent has exactly the `n` children its input
+     asked for plus one join, the ones its result names, its children keep its priority, and
+     the join waited for exactly its siblings; a parent that did not succeed has none.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ FINISHED = {"succeeded", "quarantined", "cancelled", "failed"}
 NOTICE_KINDS = {"chaos.notify", "chaos.flaky", "drill.notify", "drill.flaky"}
 # jobs_claim's two reasons, and jobs_claim_many's (a batch message's claim).
 CLAIM_REASONS = {"claimed", "took over expired lease", "claimed in a batch"}
+# Parent kind -> (child kind, join kind) of tests.kinds_chaos's fan-out.
+FAN_OUT = {"chaos.fan_out": ("chaos.notify", "chaos.join")}
 
 
 @dataclass
@@ -186,6 +191,46 @@ def _check_notices_held(report: CheckReport, rows: list[Any], held: dict[str, in
             )
 
 
+def _check_follow_ups(report: CheckReport, jobs: list[Any]) -> None:
+    from jobs.models import JobDependency
+
+    by_parent: dict[str, list[Any]] = defaultdict(list)
+    for job in jobs:
+        if job.parent_id is not None:
+            by_parent[str(job.parent_id)].append(job)
+    waited: dict[str, set[str]] = defaultdict(set)
+    for waiter, dependency in JobDependency.objects.values_list("waiter_id", "dependency_id"):
+        waited[str(waiter)].add(str(dependency))
+    for parent in (job for job in jobs if job.kind in FAN_OUT):
+        child_kind, join_kind = FAN_OUT[parent.kind]
+        follow_ups = by_parent[str(parent.pk)]
+        if parent.state != "succeeded":
+            if follow_ups:
+                report.violations.append(
+                    f"job {parent.pk} ended {parent.state} with {len(follow_ups)} follow-ups"
+                )
+            continue
+        children = {str(j.pk) for j in follow_ups if j.kind == child_kind}
+        joins = [str(j.pk) for j in follow_ups if j.kind == join_kind]
+        result = parent.result or {}
+        if len(children) != int(parent.input["n"]) or children != set(result.get("children", [])):
+            report.violations.append(
+                f"job {parent.pk}: {len(children)} children, asked for {parent.input['n']} "
+                f"({sorted(children)} vs result {result.get('children')})"
+            )
+        if joins != [result.get("join")] or len(follow_ups) != len(children) + 1:
+            report.violations.append(f"job {parent.pk}: joins {joins}, result {result}")
+        elif waited[joins[0]] != children:
+            report.violations.append(
+                f"join {joins[0]} waited for {sorted(waited[joins[0]])}, not its siblings"
+            )
+        for child in (j for j in follow_ups if j.kind == child_kind):
+            if child.priority != parent.priority:
+                report.violations.append(
+                    f"job {child.pk}: priority {child.priority}, its parent's {parent.priority}"
+                )
+
+
 def check_run(
     *,
     accepted: set[str],
@@ -213,6 +258,7 @@ def check_run(
     for job in jobs:
         _check_trail(report, job, events[str(job.pk)])
     _check_effects(report, jobs, provider)
+    _check_follow_ups(report, jobs)
     values = counter_values()
     report.signals = {name: value for (name, label), value in values.items() if not label}
     duplicates = report.signals.get(DUPLICATE_DELIVERIES, 0)

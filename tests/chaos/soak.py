@@ -33,7 +33,8 @@ from typing import Any
 from uuid import UUID
 
 KIND_MIX: list[tuple[str, float]] = [
-    ("chaos.sleep", 0.42),
+    ("chaos.sleep", 0.37),
+    ("chaos.fan_out", 0.05),
     ("chaos.notify", 0.27),
     ("chaos.flaky", 0.20),
     ("chaos.permanent", 0.09),
@@ -140,6 +141,8 @@ def job_input(rng: random.Random, kind: str) -> dict[str, Any]:
         return {"before": rng.choice([0.0, 0.1, 0.3]), "after": rng.choice([0.0, 0.2, 0.6])}
     if kind == "chaos.flaky":
         return {"fail_times": rng.randint(1, 2)}
+    if kind == "chaos.fan_out":
+        return {"n": rng.randint(1, 3), "after": rng.choice([0.0, 0.2, 0.5])}
     return {}
 
 
@@ -153,6 +156,11 @@ def oldest_queued_job_id() -> str | None:
         .first()
     )
     return str(pk) if pk else None
+
+
+# One priority per submission call (low, default twice, high): every message band and the
+# priority a job's later messages keep meet the faults.
+PRIORITIES = [-50, 0, 0, 50]
 
 
 def job_story(job_id: str) -> list[str]:
@@ -268,7 +276,7 @@ class Soak:
         return groups
 
     def submit_group(
-        self, owner: Any, requests: list[tuple[int, str, dict[str, Any]]]
+        self, owner: Any, requests: list[tuple[int, str, dict[str, Any]]], priority: int = 0
     ) -> list[Any]:
         """One submission call: `job_submit` for one job; `jobs.submit_many` for a group (one
         transaction; its rows are published after the commit in batch messages)."""
@@ -284,6 +292,7 @@ class Soak:
                         input=payload,
                         owner=owner,
                         idempotency_key=f"chaos-{self.args.seed}-{i}",
+                        priority=priority,
                     )
                 )
             ]
@@ -291,7 +300,10 @@ class Soak:
         # may accept the group twice; the extra jobs are real work and are checked as such.
         created = _retry_db(
             lambda: job_submit_many(
-                [{"kind": kind, "input": payload, "owner": owner} for _, kind, payload in requests]
+                [
+                    {"kind": kind, "input": payload, "owner": owner, "priority": priority}
+                    for _, kind, payload in requests
+                ]
             )
         )
         self.result.submitted_in_batches += len(created)
@@ -317,7 +329,8 @@ class Soak:
             requests = [
                 (i, kind, job_input(self.rng, kind)) for i, kind in (plan[n] for n in group)
             ]
-            for job in self.submit_group(owner, requests):
+            priority = self.rng.choice(PRIORITIES)
+            for job in self.submit_group(owner, requests, priority):
                 self.accepted.add(str(job.pk))
                 if job.kind == "chaos.sleep":
                     sleepers.append(str(job.pk))

@@ -73,6 +73,9 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     by_kind = check["by_kind"]
     sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
     assert check["notices"] == sends, "one provider notice per succeeded sending job"
+    # Follow-ups met the faults: every fan-out that succeeded had its join run once.
+    fanned = by_kind.get("chaos.fan_out", {}).get("succeeded", 0)
+    assert fanned > 0 and by_kind.get("chaos.join", {}).get("succeeded", 0) == fanned
     assert elapsed < WALL_CLOCK_BUDGET, f"short soak took {elapsed:.0f}s"
 
 
@@ -154,3 +157,47 @@ def test_checker_flags_what_it_promises__broken_trail_unfinished_job_unledgered_
     assert "effect job-done-notice applied but the provider holds no notice" in found
     assert "the run tested nothing" in found
     assert not report.ok
+
+
+@pytest.mark.django_db
+def test_checker_flags_follow_ups__missing_child_wrong_join_and_children_of_a_failure(
+    user: Any,
+) -> None:
+    """Rule 6 is not vacuous: a succeeded fan-out short of a child, a join that waited for
+    the wrong set, a child off its parent's priority and a failed parent's child are each
+    reported."""
+    from django.utils import timezone
+
+    from jobs.models import Job, JobDependency
+    from tests.chaos.checker import CheckReport, _check_follow_ups
+
+    def job(kind: str, state: str, **fields: Any) -> Any:
+        return Job.objects.create(
+            kind=kind,
+            owner=user,
+            request_fingerprint="x",
+            state=state,
+            finished_at=timezone.now(),
+            result={} if state == "succeeded" else None,
+            **fields,
+        )
+
+    parent = job("chaos.fan_out", "succeeded", input={"n": 2}, priority=50)
+    child = job("chaos.notify", "succeeded", parent=parent, priority=0)
+    join = job("chaos.join", "succeeded", parent=parent)
+    stranger = job("chaos.notify", "succeeded")
+    JobDependency.objects.create(waiter=join, dependency=stranger)
+    parent.result = {"children": [str(child.pk)], "join": str(join.pk)}
+    parent.save()
+    failed = job("chaos.fan_out", "failed", input={"n": 1})
+    job("chaos.notify", "succeeded", parent=failed)
+
+    report = CheckReport()
+    _check_follow_ups(report, list(Job.objects.all()))
+
+    found = "\n".join(report.violations)
+    assert f"job {parent.pk}: 1 children, asked for 2" in found
+    assert f"join {join.pk} waited for" in found
+    assert f"job {child.pk}: priority 0, its parent's 50" in found
+    assert f"job {failed.pk} ended failed with 1 follow-ups" in found
+    assert len(report.violations) == 4
