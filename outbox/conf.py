@@ -157,6 +157,13 @@ class OutboxSettings(AppSettings):
     RESERVATION_SECONDS: Setting[float] = Setting(
         30.0, "How long a reserved row stays off other relays.", positive=True
     )
+    FASTPATH_MAX_ROWS: Setting[int] = Setting(
+        10_000,
+        "Most rows a process's fast-path publisher holds in memory (a slow or unreachable "
+        "broker makes them wait); rows beyond it are left to the relay, which publishes them "
+        "once their reservation (OUTBOX_RESERVATION_SECONDS) lapses.",
+        positive=True,
+    )
     MARK_INTERVAL: Setting[float] = Setting(
         0.25,
         "The fast path marks what it published in batches this often (0: at once). "

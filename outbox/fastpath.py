@@ -13,6 +13,11 @@ publishes everything in hand with one call, packed into batch messages where a r
 and Kafka's `linger.ms`, applied to publishing: batching waits only while there is company,
 never when alone.
 
+The rows in hand are bounded (OUTBOX_FASTPATH_MAX_ROWS): while a publish is slow or failing
+(a broker outage: each failed call backs its rows off in the outbox), further rows are not held
+but left reserved in the outbox, and the relay publishes them once the reservation lapses. An
+outage therefore grows the outbox, never the process.
+
 A process that dies with rows in hand loses only the publish: the rows are reserved, and the
 relay publishes them when the reservation lapses (the crash windows
 `submit.after_commit_before_publish` and, for rows the publisher holds,
@@ -57,6 +62,7 @@ class _Publisher(Background):
         self.count = 0  # rows in pending
         self.oldest = 0.0  # monotonic time the oldest pending row arrived
         self.hurry = 0  # flush() calls waiting: publish now, no lingering
+        self.full = False  # rows were left to the relay since the buffer last had room
 
     # -- writers ------------------------------------------------------------------------------
 
@@ -78,6 +84,9 @@ class _Publisher(Background):
             alone = not self.count and not self.in_flight and self.writers - mine == 0
             if alone:
                 self.in_flight += 1
+            elif self.count + len(rows) > outbox_settings.FASTPATH_MAX_ROWS:
+                self._leave_to_relay(len(rows))
+                return
             else:
                 if not self.count:
                     self.oldest = time.monotonic()
@@ -93,6 +102,18 @@ class _Publisher(Background):
                 self.in_flight -= 1
                 if self.count:
                     self.cond.notify_all()
+
+    def _leave_to_relay(self, n: int) -> None:
+        """The buffer is full: these rows stay reserved in the outbox for the relay (said
+        once per time it fills)."""
+        if not self.full:
+            self.full = True
+            logger.warning(
+                "outbox fast path holds %d rows (OUTBOX_FASTPATH_MAX_ROWS): leaving new rows "
+                "to the relay until a publish goes through",
+                self.count,
+                extra={"n": n, "held": self.count},
+            )
 
     def _due(self) -> float:
         """Seconds the rows in hand may still wait; <= 0: publish them now."""
@@ -118,6 +139,7 @@ class _Publisher(Background):
                 left = self._due()
                 if left <= 0:
                     taken, self.pending, self.count = self.pending, {}, 0
+                    self.full = False
                     self.in_flight += 1
                     return taken
                 self.cond.wait(left)

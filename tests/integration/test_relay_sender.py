@@ -6,7 +6,9 @@ is not there."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -262,3 +264,49 @@ def test_the_kept_producer_over_redis__reuses_one_client__and_follows_a_new_pool
     assert channel._kept_client.connection_pool is channel.pool
     sent = [json.loads(base64.b64decode(e["body"]))[1] for e in envelopes(broker)]
     assert [kwargs["generation"] for kwargs in sent] == [1, 2, 3, 4]
+
+
+class ClosingBroker:
+    """A TCP port that accepts every connection and closes it at once (a broker going down),
+    counting the connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_broker_that_fails_the_connection__fails_the_rest_of_the_call_at_once(
+    session_redis: PrivateRedis, user: Any, relay_only: None, settings: Any
+) -> None:
+    """60 rows in 60 messages: the first send's connection fails, so the 59 others are not
+    tried (each would cost its own connects and retries: 30 s per 1,228 rows in an outage)
+    and all 60 are backed off with that error, in one UPDATE per back-off."""
+    settings.OUTBOX_BATCH_MAX = 1
+    created = [jobs.submit(kind="noop", input={}, owner=user) for _ in range(60)]
+    dead = ClosingBroker()
+    point_celery_at(f"redis://127.0.0.1:{dead.port}/0")
+    try:
+        result = outbox_relay_batch()
+    finally:
+        point_celery_at(session_redis.url)
+        dead.close()
+
+    assert (result.published, result.failed) == (0, 60)
+    rows = OutboxEntry.objects.filter(job_id__in=[j.pk for j in created])
+    assert {(r.published_at, r.reserved_until) for r in rows} == {(None, None)}
+    # One send's connects and retries (RETRY_POLICY), not 60 sends' worth.
+    assert 1 <= dead.accepted <= 3 * (1 + int(RETRY_POLICY["max_retries"])), dead.accepted
+    assert len({r.last_error for r in rows}) == 1

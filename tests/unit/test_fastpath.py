@@ -156,3 +156,35 @@ def test_a_failing_publish_never_raises_and_the_next_rows_still_go() -> None:
     publish = Recorder()
     fastpath.publish_combined(_rows(3), publish)
     assert publish.calls == [(_rows(3), threading.current_thread().name)]
+
+
+@override_settings(OUTBOX_FASTPATH_MAX_ROWS=4)
+def test_a_full_buffer__leaves_new_rows_to_the_relay__said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Publishes that hang (a broker outage) do not grow the process: past
+    OUTBOX_FASTPATH_MAX_ROWS rows in hand, new rows stay reserved in the outbox for the
+    relay and are never handed to `publish`."""
+    release = threading.Event()
+    publish = Recorder()
+
+    def hanging(rows: list[Any]) -> None:
+        publish(rows)
+        assert release.wait(10)
+
+    first = threading.Thread(target=fastpath.publish_combined, args=(_rows(1), hanging))
+    first.start()
+    publish.wait_for(1)  # inline, in flight
+    fastpath.publish_combined(_rows(2, 3), hanging)
+    publish.wait_for(2)  # the publisher thread took them and hangs too
+    fastpath.publish_combined(_rows(4, 5, 6), hanging)  # 3 in hand
+    fastpath.publish_combined(_rows(7, 8), hanging)  # 5 > 4: left to the relay
+    fastpath.publish_combined(_rows(9, 10), hanging)
+    release.set()
+    first.join(10)
+    assert fastpath.flush(10)
+
+    published = [row for rows, _ in publish.calls for row in rows]
+    assert published == _rows(1, 2, 3, 4, 5, 6)
+    full = [r for r in caplog.records if "OUTBOX_FASTPATH_MAX_ROWS" in r.getMessage()]
+    assert len(full) == 1
