@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import redis
 
+from demo.procs import celery_beat_argv, celery_worker_argv
 from tests.harness import PrivateRedis, Proc, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,25 +168,13 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
+    def celery_beat(self, name: str, *, env: dict[str, str]) -> Proc:
+        return self.spawn(name, celery_beat_argv(self.workdir, name), env)
+
     def celery_worker(
         self, name: str, *, app: str, queue: str, concurrency: int, env: dict[str, str]
     ) -> Proc:
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            app,
-            "worker",
-            "--loglevel=INFO",
-            f"--queues={queue}",
-            f"--concurrency={concurrency}",
-            "--pool=prefork",
-            f"--hostname={name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
+        argv = celery_worker_argv(name, app=app, queues=queue, concurrency=concurrency)
         proc = self.spawn(name, argv, env)
         wait_until(
             lambda: "ready." in proc.log() or not proc.alive(),

@@ -165,17 +165,7 @@ class Soak:
         """As the Procfile runs them: worker, maintenance worker, beat."""
         self.start_worker("worker", "jobs", self.args.concurrency)
         self.start_worker("maintenance", "jobs.maintenance", 1)
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "jobsite",
-            "beat",
-            "--loglevel=INFO",
-            f"--schedule={self.fleet.workdir / 'celerybeat-schedule'}",
-        ]
-        self.procs["beat"] = self.fleet.spawn("beat", argv, self.env("beat"))
+        self.procs["beat"] = self.fleet.celery_beat("beat", env=self.env("beat"))
 
     def start_worker(self, name: str, queue: str, concurrency: int) -> None:
         self.procs[name] = self.fleet.celery_worker(
@@ -191,7 +181,7 @@ class Soak:
             log(f"{name} died; restarting it")
             self.fleet.procs.remove(proc) if proc in self.fleet.procs else None
             if name == "beat":
-                self.procs["beat"] = self.fleet.spawn("beat", proc.popen.args, self.env("beat"))  # type: ignore[arg-type]
+                self.procs["beat"] = self.fleet.celery_beat("beat", env=self.env("beat"))
             else:
                 queue = "jobs" if name == "worker" else "jobs.maintenance"
                 self.start_worker(name, queue, self.args.concurrency if name == "worker" else 1)

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,52 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def celery_worker_argv(
+    name: str,
+    *,
+    app: str = "jobsite",
+    queues: str = "jobs",
+    concurrency: int = 1,
+    pool: str = "prefork",
+    args: tuple[str, ...] = (),
+) -> list[str]:
+    """`celery worker` as the tests and benchmarks run it: quiet (no gossip, mingle or
+    heartbeat events), named `name@host`."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "worker",
+        "--loglevel=INFO",
+        f"--queues={queues}",
+        f"--concurrency={concurrency}",
+        f"--pool={pool}",
+        f"--hostname={name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        *args,
+    ]
+
+
+def celery_beat_argv(workdir: Path, name: str, *, app: str = "jobsite") -> list[str]:
+    """`celery beat` with its schedule file and pidfile under `workdir`, named after `name`
+    (two beats need two of each)."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "beat",
+        "--loglevel=INFO",
+        f"--schedule={workdir / name}-schedule",
+        f"--pidfile={workdir / name}.pid",
+    ]
 
 
 def process_alive(pid: int) -> bool:

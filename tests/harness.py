@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from demo.procs import Child, child_pids, free_port, redis_ping
+from demo.procs import (
+    Child,
+    celery_beat_argv,
+    celery_worker_argv,
+    child_pids,
+    free_port,
+    redis_ping,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,23 +188,9 @@ class Harness:
         """A `celery worker`; `env` and `env_extra` add to its environment (a prepared mapping
         goes in `env`: mypy checks a `**mapping` against every keyword parameter)."""
         child_env = self.base_env(JOBS_WORKER_NAME=name, **{**(env or {}), **env_extra})
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "jobsite",
-            "worker",
-            "--loglevel=INFO",
-            f"--queues={queues}",
-            f"--concurrency={concurrency}",
-            f"--pool={pool}",
-            f"--hostname={name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            *args,
-        ]
+        argv = celery_worker_argv(
+            name, queues=queues, concurrency=concurrency, pool=pool, args=args
+        )
         proc = self.spawn(name, argv, child_env)
         if wait:
             wait_until(
@@ -207,6 +200,13 @@ class Harness:
             )
             assert proc.alive(), f"worker {name} died at start:\n{proc.log()[-3000:]}"
         return proc
+
+    def start_beat(
+        self, name: str = "beat", *, env: Mapping[str, str] | None = None, **env_extra: str
+    ) -> Proc:
+        """A `celery beat` (demo.procs.celery_beat_argv) with this harness's environment."""
+        argv = celery_beat_argv(self.workdir, name)
+        return self.spawn(name, argv, self.base_env(**{**(env or {}), **env_extra}))
 
     def start_relay(
         self, *, interval: float = 0.1, env: Mapping[str, str] | None = None, **env_extra: str

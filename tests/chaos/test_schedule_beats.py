@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -38,20 +37,6 @@ def schedule_env(catch_up: str, **extra: str) -> dict[str, str]:
         "OUTBOX_FAST_PATH": "0",  # nobody runs the jobs here: no broker traffic per tick
         **extra,
     }
-
-
-def start_beat(harness: Harness, name: str, env: dict[str, str]) -> Proc:
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "jobsite",
-        "beat",
-        "--loglevel=INFO",
-        f"--schedule={harness.workdir / f'{name}-schedule'}",
-    ]
-    return harness.spawn(name, argv, harness.base_env(**env))
 
 
 def start_ticker_worker(harness: Harness, name: str, env: dict[str, str], **kw: Any) -> Proc:
@@ -87,7 +72,7 @@ def test_two_beats_two_workers_60_ticks__one_job_per_tick__no_gap(harness: Harne
     for worker in workers:
         wait_until(worker.ready_or_exited, timeout=60, what=f"{worker.name} to be ready")
         assert worker.alive(), worker.log()[-3000:]
-    beats = [start_beat(harness, f"beat-{n}", env) for n in (1, 2)]
+    beats = [harness.start_beat(f"beat-{n}", env=env) for n in (1, 2)]
     wait_until(lambda: tick_count() >= 60, timeout=150, interval=0.5, what="60 ticks' jobs")
     for beat in beats:
         beat.stop()
@@ -116,7 +101,7 @@ def test_beat_killed_and_restarted_across_ticks__each_tick_once__caught_up_by_po
 ) -> None:
     env = schedule_env(catch_up)
     start_ticker_worker(harness, "tick-1", env)
-    beat = start_beat(harness, "beat-1", env)
+    beat = harness.start_beat("beat-1", env=env)
     wait_until(lambda: tick_count() >= 5, timeout=60, interval=0.2, what="5 ticks")
 
     beat.signal(signal.SIGKILL)
@@ -124,7 +109,7 @@ def test_beat_killed_and_restarted_across_ticks__each_tick_once__caught_up_by_po
     killed_at = datetime.now(UTC)
     time.sleep(DOWN_SECONDS)  # the outage itself: no beat, no ticker run
     restarted_at = datetime.now(UTC)
-    start_beat(harness, "beat-1-again", env)
+    harness.start_beat("beat-1-again", env=env)
     wait_until(
         lambda: decided_past(restarted_at + timedelta(seconds=3)),
         timeout=60,
@@ -152,7 +137,7 @@ def test_ticker_killed_after_submitting_before_the_cursor__ticks_submitted_once_
         env,
         JOBS_FAILPOINTS="schedule.after_submit_before_advance=exit",
     )
-    start_beat(harness, "beat-1", env)
+    harness.start_beat("beat-1", env=env)
     wait_until(
         lambda: crashing.log().count("failpoint schedule.after_submit_before_advance") >= 3,
         timeout=60,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -37,21 +36,7 @@ def test_beat_runs_reconcile_and_stores_maintenance_results__never_job_results(
     }
     harness.start_worker("maint", queues="jobs.maintenance", env=fast)
     harness.start_worker("w1", env=fast)
-    schedule = harness.workdir / "beat-schedule"
-    harness.spawn(
-        "beat",
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "jobsite",
-            "beat",
-            "--loglevel=INFO",
-            f"--schedule={schedule}",
-        ],
-        harness.base_env(**fast),
-    )
+    harness.start_beat(env=fast)
     submitted = [jobs.submit(kind="noop", input={"n": n}, owner=user) for n in range(3)]
     wait_until(
         lambda: (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -76,21 +75,6 @@ def test_two_relays_at_once_on_2000_rows__every_row_published_none_lost(
         )
 
 
-def start_beat(harness: Harness, name: str, **env_extra: str) -> Proc:
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "jobsite",
-        "beat",
-        "--loglevel=INFO",
-        f"--schedule={harness.workdir / name}-schedule",
-        f"--pidfile={harness.workdir / name}.pid",
-    ]
-    return harness.spawn(name, argv, harness.base_env(**env_extra))
-
-
 def test_two_beats_at_once_on_2000_rows__every_row_published_none_lost(
     harness: Harness, user: Any, settings: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -99,7 +83,7 @@ def test_two_beats_at_once_on_2000_rows__every_row_published_none_lost(
     # Two schedulers sending relay ticks, two maintenance workers running them concurrently.
     harness.start_worker("maint-1", queues="jobs.maintenance", env=tick)
     harness.start_worker("maint-2", queues="jobs.maintenance", env=tick)
-    beats = [start_beat(harness, f"beat-{n}", **tick) for n in (1, 2)]
+    beats = [harness.start_beat(f"beat-{n}", env=tick) for n in (1, 2)]
 
     job_ids = submit_rows(user)
     started = time.monotonic()
