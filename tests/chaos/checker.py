@@ -14,7 +14,11 @@ Checks (each failure is a `violation` with the job id, so the JobEvent trail can
   5. the run exercised the fences: duplicate deliveries + stale writes rejected > 0;
   6. follow-ups (FAN_OUT kinds): a succeeded parent has exactly the `n` children its input
      asked for plus one join, the ones its result names, its children keep its priority, and
-     the join waited for exactly its siblings; a parent that did not succeed has none.
+     the join waited for exactly its siblings; a parent that did not succeed has none;
+  7. with pruning on (`retention`, rows read with the soak's archive, tests.chaos.archive):
+     every pruned job had ended (succeeded, failed, cancelled) and had been finished for the
+     retention, and none went while a job that stayed longer named it (parent, replay of,
+     dependency). Rules 1-6 read the pruned rows too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.chaos.archive import Rows
 
 FINISHED = {"succeeded", "quarantined", "cancelled", "failed"}
 NOTICE_KINDS = {"chaos.notify", "chaos.flaky", "drill.notify", "drill.flaky"}
@@ -47,6 +53,7 @@ class CheckReport:
     takeovers: int = 0
     reconciler_requeues: int = 0
     max_attempt: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)  # rows pruned per table
 
     @property
     def ok(self) -> bool:
@@ -70,6 +77,7 @@ class CheckReport:
             "takeovers": self.takeovers,
             "reconciler_requeues": self.reconciler_requeues,
             "max_attempt": self.max_attempt,
+            "pruned": self.pruned,
         }
 
 
@@ -126,10 +134,9 @@ def _check_trail(report: CheckReport, job: Any, events: list[Any]) -> None:
         )
 
 
-def _check_effects(report: CheckReport, jobs: list[Any], provider: dict[str, Any] | None) -> None:
-    from jobs.models import EffectLedgerEntry
-
-    rows = list(EffectLedgerEntry.objects.all())
+def _check_effects(
+    report: CheckReport, jobs: list[Any], rows: list[Any], provider: dict[str, Any] | None
+) -> None:
     report.effect_rows = len(rows)
     by_job: dict[str, list[Any]] = defaultdict(list)
     applied: Counter[tuple[str, int, str]] = Counter()
@@ -191,16 +198,14 @@ def _check_notices_held(report: CheckReport, rows: list[Any], held: dict[str, in
             )
 
 
-def _check_follow_ups(report: CheckReport, jobs: list[Any]) -> None:
-    from jobs.models import JobDependency
-
+def _check_follow_ups(report: CheckReport, jobs: list[Any], edges: list[tuple[str, str]]) -> None:
     by_parent: dict[str, list[Any]] = defaultdict(list)
     for job in jobs:
         if job.parent_id is not None:
             by_parent[str(job.parent_id)].append(job)
     waited: dict[str, set[str]] = defaultdict(set)
-    for waiter, dependency in JobDependency.objects.values_list("waiter_id", "dependency_id"):
-        waited[str(waiter)].add(str(dependency))
+    for waiter, dependency in edges:
+        waited[waiter].add(dependency)
     for parent in (job for job in jobs if job.kind in FAN_OUT):
         child_kind, join_kind = FAN_OUT[parent.kind]
         follow_ups = by_parent[str(parent.pk)]
@@ -231,12 +236,41 @@ def _check_follow_ups(report: CheckReport, jobs: list[Any]) -> None:
                 )
 
 
+def _check_pruning(
+    report: CheckReport,
+    jobs: list[Any],
+    edges: list[tuple[str, str]],
+    pruned: list[Any],
+    retention: float,
+) -> None:
+    gone = {p.job_id: p for p in pruned}
+    for p in pruned:
+        if p.state not in FINISHED - {"quarantined"}:
+            report.violations.append(f"job {p.job_id} pruned while {p.state}")
+        elif p.finished_at is None or (p.pruned_at - p.finished_at).total_seconds() < retention - 1:
+            report.violations.append(
+                f"job {p.job_id} pruned {p.pruned_at} before its retention "
+                f"({retention:g}s after {p.finished_at})"
+            )
+    # (referrer, referred): a referred job goes with its referrer or after it, never before.
+    refs = [(str(j.pk), str(j.parent_id)) for j in jobs if j.parent_id is not None]
+    refs += [(str(j.pk), str(j.replay_of_id)) for j in jobs if j.replay_of_id is not None]
+    refs += edges
+    for referrer, referred in refs:
+        if referred not in gone:
+            continue
+        stays = gone.get(referrer)
+        if stays is None or stays.pruned_at > gone[referred].pruned_at:
+            report.violations.append(f"job {referred} pruned while job {referrer} still named it")
+
+
 def check_run(
     *,
     accepted: set[str],
     expected: dict[str, set[str]],
     provider: dict[str, Any] | None,
     require_fences: bool = True,
+    retention: float | None = None,
 ) -> CheckReport:
     """Run every check against the database (and the provider's /stats); see module doc."""
     from jobs.counters import (
@@ -246,19 +280,23 @@ def check_run(
         STALE_WRITES_REJECTED,
         counter_values,
     )
-    from jobs.models import Job, JobEvent
 
+    rows = Rows(archived=retention is not None)
     report = CheckReport()
-    jobs = list(Job.objects.all())
+    jobs = rows.jobs()
     report.jobs = len(jobs)
     _check_states(report, jobs, expected, accepted)
     events: dict[str, list[Any]] = defaultdict(list)
-    for event in JobEvent.objects.order_by("id").iterator(chunk_size=5000):
+    for event in rows.events():
         events[str(event.job_id)].append(event)
     for job in jobs:
         _check_trail(report, job, events[str(job.pk)])
-    _check_effects(report, jobs, provider)
-    _check_follow_ups(report, jobs)
+    _check_effects(report, jobs, rows.ledger(), provider)
+    edges = rows.edges()
+    _check_follow_ups(report, jobs, edges)
+    if retention is not None:
+        report.pruned = rows.pruned_counts()
+        _check_pruning(report, jobs, edges, rows.pruned(), retention)
     values = counter_values()
     report.signals = {name: value for (name, label), value in values.items() if not label}
     duplicates = report.signals.get(DUPLICATE_DELIVERIES, 0)
@@ -288,14 +326,15 @@ class ScheduleCheck:
         return {"ticks": len(self.ticks), "expected": len(self.expected), "missed": self.missed}
 
 
-def check_schedule(name: str, *, no_gap: bool) -> ScheduleCheck:
+def check_schedule(name: str, *, no_gap: bool, rows: Rows | None = None) -> ScheduleCheck:
     """No tick has two jobs, and every tick from the schedule's first cursor to its last one
     was run once or counted missed; with `no_gap` (its policy is `all`, or nothing was ever
-    late enough to miss) none was missed."""
+    late enough to miss) none was missed. `rows`: where the jobs are read (the soak's
+    archive too, with pruning on)."""
     from datetime import UTC, datetime
     from zoneinfo import ZoneInfo
 
-    from jobs.models import Job, Schedule, ScheduleEvent
+    from jobs.models import Schedule, ScheduleEvent
     from jobs.ticks import ticks_between
 
     found = ScheduleCheck()
@@ -306,9 +345,7 @@ def check_schedule(name: str, *, no_gap: bool) -> ScheduleCheck:
     created = ScheduleEvent.objects.get(schedule=row, action="created")
     first_cursor = datetime.fromisoformat(created.details["after"])
     prefix = f"schedule:{name}@"
-    keys = Job.objects.filter(business_key__startswith=prefix).values_list(
-        "business_key", flat=True
-    )
+    keys = (rows or Rows()).business_keys(prefix)
     found.ticks = sorted(
         datetime.strptime(str(k).removeprefix(prefix), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         for k in keys

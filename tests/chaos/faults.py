@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from tests.chaos.private_pg import PrivatePostgres
 from tests.harness import Harness, PrivateRedis, Proc, queue_envelopes
@@ -92,6 +93,7 @@ class Cluster:
     maintenance: Proc | None = None
     provider: Proc | None = None
     started_workers: int = 0
+    retention: float = 0.0  # > 0: the maintenance process prunes (maintenance_loop)
     killed: set[int] = field(default_factory=set)
     buried: set[int] = field(default_factory=set)
     deaths: list[str] = field(default_factory=list)
@@ -135,6 +137,7 @@ class Cluster:
             JOBS_HANDLER_MODULES="tests.kinds_chaos",
             JOBS_SCHEDULES=json.dumps(SOAK_SCHEDULES),
             LOG_LEVEL="WARNING",
+            CHAOS_RETENTION_SECONDS=str(self.retention),
         )
         self.maintenance = self.harness.spawn(f"maintenance-{len(self.harness.procs)}", argv, env)
         return self.maintenance
@@ -394,9 +397,13 @@ def repair_lost_work(*, redis_url: str, stale_after: float = 4.0) -> int:
     return len(reconcile_repair_lost(stale_after=stale_after, job_ids=lost))
 
 
-def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> None:
+def maintenance_loop(
+    *, interval: float = 0.5, reconcile_every: float = 2.0, prune_every: float = 2.0
+) -> None:
     """Reap expired leases and tick the schedules every `interval`; repair lost work every
-    `reconcile_every`.
+    `reconcile_every`; with CHAOS_RETENTION_SECONDS > 0, prune finished jobs and published
+    outbox rows older than that every `prune_every` (what beat's jobs.maintenance.prune and
+    outbox.prune do, with a retention short enough to meet the faults).
 
     Repair is `repair_lost_work` (jobs.ops.reconcile plus a look at the queue), in-process
     so a round costs milliseconds.
@@ -405,13 +412,20 @@ def maintenance_loop(*, interval: float = 0.5, reconcile_every: float = 2.0) -> 
     from django.db import close_old_connections
 
     from jobs.reaper import jobs_reap
+    from jobs.retention import jobs_prune
     from jobs.scheduler import schedules_tick
+    from outbox.services import outbox_prune
 
-    last_reconcile = 0.0
+    retention = timedelta(seconds=float(os.environ.get("CHAOS_RETENTION_SECONDS") or 0))
+    last_reconcile = last_prune = 0.0
     while True:
         try:
             jobs_reap()
             schedules_tick()
+            if retention and time.monotonic() - last_prune > prune_every:
+                last_prune = time.monotonic()
+                jobs_prune(older_than=retention, batch=200, budget_seconds=1.0)
+                outbox_prune(older_than=retention, batch=500)
             if time.monotonic() - last_reconcile > reconcile_every:
                 last_reconcile = time.monotonic()
                 repaired = repair_lost_work(redis_url=settings.CELERY_BROKER_URL)

@@ -100,6 +100,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--fault-every", type=float, default=4.0, help="mean seconds between faults"
     )
     parser.add_argument("--drain-timeout", type=float, default=None)
+    parser.add_argument(
+        "--retention",
+        type=float,
+        default=10.0,
+        help="prune finished jobs and published outbox rows older than this many seconds "
+        "during the run (0: no pruning); the checker reads the pruned rows from an archive",
+    )
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     parser.add_argument("--keep-logs", action="store_true", help="keep process logs")
     parser.add_argument("--maintenance", action="store_true", help=argparse.SUPPRESS)
@@ -370,6 +377,10 @@ class Soak:
             from django.core.management import call_command
 
             call_command("migrate", verbosity=0, interactive=False)
+            if args.retention:
+                from tests.chaos import archive
+
+                archive.install()
             owner = get_user_model().objects.create_user(username="chaos", password="x")
             harness = Harness(
                 broker_url=redis.url,
@@ -383,6 +394,7 @@ class Soak:
                 pg=pg,
                 worker_count=args.workers,
                 concurrency=args.concurrency,
+                retention=args.retention,
             )
             cluster.start_all()
             self.cluster = cluster
@@ -465,13 +477,19 @@ class Soak:
         self.result.drain_seconds = round(time.monotonic() - began, 1)
 
     def check(self, cluster: Any) -> None:
+        from tests.chaos.archive import Rows
         from tests.chaos.checker import check_run, check_schedule
         from tests.chaos.faults import SOAK_SCHEDULE
         from tests.kinds_chaos import EXPECTED
 
         provider = cluster.harness.provider_stats()
         report = _retry_db(
-            lambda: check_run(accepted=self.accepted, expected=EXPECTED, provider=provider)
+            lambda: check_run(
+                accepted=self.accepted,
+                expected=EXPECTED,
+                provider=provider,
+                retention=self.args.retention or None,
+            )
         )
         if self.straggler:
             self.result.straggler = [
@@ -480,7 +498,8 @@ class Soak:
             ]
         if not self.result.drained:
             report.violations.insert(0, f"did not drain within {self.args.drain_timeout:.0f}s")
-        ticks = _retry_db(lambda: check_schedule(SOAK_SCHEDULE, no_gap=True))
+        rows = Rows(archived=bool(self.args.retention))
+        ticks = _retry_db(lambda: check_schedule(SOAK_SCHEDULE, no_gap=True, rows=rows))
         report.violations.extend(ticks.violations)
         self.result.schedule = ticks.as_dict()
         self.result.check = report.as_dict()
@@ -534,6 +553,18 @@ def print_report(result: SoakResult) -> None:
             f"({result.batches.get('batch_claims_recovered')})",
         ),
         ("reconciler", result.reconciler),
+        (
+            "pruned during the run: jobs / events / ledger rows / outbox rows",
+            " / ".join(
+                str(check.get("pruned", {}).get(t, "-"))
+                for t in (
+                    "jobs_job",
+                    "jobs_jobevent",
+                    "jobs_effectledgerentry",
+                    "outbox_outboxentry",
+                )
+            ),
+        ),
         (
             "claims (takeovers of expired leases)",
             f"{check.get('claims')} ({check.get('takeovers')})",

@@ -73,6 +73,9 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     by_kind = check["by_kind"]
     sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
     assert check["notices"] == sends, "one provider notice per succeeded sending job"
+    # Pruning ran under the faults (retention 10 s): finished jobs and outbox rows went, and
+    # the checker read them from the archive.
+    assert check["pruned"]["jobs_job"] > 0 and check["pruned"]["outbox_outboxentry"] > 0
     # Follow-ups met the faults: every fan-out that succeeded had its join run once.
     fanned = by_kind.get("chaos.fan_out", {}).get("succeeded", 0)
     assert fanned > 0 and by_kind.get("chaos.join", {}).get("succeeded", 0) == fanned
@@ -169,6 +172,7 @@ def test_checker_flags_follow_ups__missing_child_wrong_join_and_children_of_a_fa
     from django.utils import timezone
 
     from jobs.models import Job, JobDependency
+    from tests.chaos.archive import Rows
     from tests.chaos.checker import CheckReport, _check_follow_ups
 
     def job(kind: str, state: str, **fields: Any) -> Any:
@@ -193,7 +197,7 @@ def test_checker_flags_follow_ups__missing_child_wrong_join_and_children_of_a_fa
     job("chaos.notify", "succeeded", parent=failed)
 
     report = CheckReport()
-    _check_follow_ups(report, list(Job.objects.all()))
+    _check_follow_ups(report, list(Job.objects.all()), Rows().edges())
 
     found = "\n".join(report.violations)
     assert f"job {parent.pk}: 1 children, asked for 2" in found
@@ -201,3 +205,61 @@ def test_checker_flags_follow_ups__missing_child_wrong_join_and_children_of_a_fa
     assert f"job {child.pk}: priority 0, its parent's 50" in found
     assert f"job {failed.pk} ended failed with 1 follow-ups" in found
     assert len(report.violations) == 4
+
+
+@pytest.mark.django_db
+def test_checker_flags_pruning__an_active_job_an_early_prune_and_a_parent_before_its_child(
+    user: Any,
+) -> None:
+    """Rule 7 is not vacuous, and rules 1-6 see archived rows: jobs deleted through the
+    soak's archive triggers are still checked (a pruned job is not "lost")."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from jobs.models import Job
+    from tests.chaos import archive
+    from tests.chaos.checker import check_run
+
+    archive.install()
+    long_ago = timezone.now() - timedelta(hours=1)
+
+    def job(state: str, finished_at: Any = None, **fields: Any) -> Any:
+        return Job.objects.create(
+            kind="chaos.sleep",
+            owner=user,
+            request_fingerprint="x",
+            state=state,
+            finished_at=finished_at,
+            result={} if state == "succeeded" else None,
+            **fields,
+        )
+
+    active = job("queued", next_attempt_at=timezone.now())
+    early = job("succeeded", timezone.now())
+    parent = job("succeeded", long_ago)
+    child = job("succeeded", long_ago, parent=parent)
+    fine = job("succeeded", long_ago)
+    with connection.cursor() as cursor:  # as the pruner would, had it been wrong
+        cursor.execute(
+            "DELETE FROM jobs_job WHERE id = ANY(%s)",
+            [[active.pk, early.pk, parent.pk, fine.pk]],
+        )
+
+    report = check_run(
+        accepted={str(j.pk) for j in (active, early, parent, child, fine)},
+        expected={"chaos.sleep": {"succeeded"}},
+        provider=None,
+        require_fences=False,
+        retention=10,
+    )
+
+    found = "\n".join(report.violations)
+    assert f"job {active.pk} pruned while queued" in found
+    assert f"job {early.pk} pruned" in found and "before its retention" in found
+    assert f"job {parent.pk} pruned while job {child.pk} still named it" in found
+    assert "has no row" not in found  # archived rows are read
+    assert report.pruned["jobs_job"] == 4
+    assert str(fine.pk) not in found
+    Job.objects.filter(pk=child.pk).delete()  # the constraints are checked at teardown
