@@ -93,7 +93,8 @@ class Cluster:
     maintenance: Proc | None = None
     provider: Proc | None = None
     started_workers: int = 0
-    retention: float = 0.0  # > 0: the maintenance process prunes (maintenance_loop)
+    retention: float = 0.0  # > 0: the maintenance process prunes jobs (maintenance_loop)
+    outbox_retention: float = 0.0  # > 0: ... and published outbox rows
     killed: set[int] = field(default_factory=set)
     buried: set[int] = field(default_factory=set)
     deaths: list[str] = field(default_factory=list)
@@ -138,6 +139,7 @@ class Cluster:
             JOBS_SCHEDULES=json.dumps(SOAK_SCHEDULES),
             LOG_LEVEL="WARNING",
             CHAOS_RETENTION_SECONDS=str(self.retention),
+            CHAOS_OUTBOX_RETENTION_SECONDS=str(self.outbox_retention),
         )
         self.maintenance = self.harness.spawn(f"maintenance-{len(self.harness.procs)}", argv, env)
         return self.maintenance
@@ -401,12 +403,18 @@ def maintenance_loop(
     *, interval: float = 0.5, reconcile_every: float = 2.0, prune_every: float = 2.0
 ) -> None:
     """Reap expired leases and tick the schedules every `interval`; repair lost work every
-    `reconcile_every`; with CHAOS_RETENTION_SECONDS > 0, prune finished jobs and published
-    outbox rows older than that every `prune_every` (what beat's jobs.maintenance.prune and
-    outbox.prune do, with a retention short enough to meet the faults).
+    `reconcile_every`; prune every `prune_every` when the environment says so: finished jobs
+    older than CHAOS_RETENTION_SECONDS, published outbox rows older than
+    CHAOS_OUTBOX_RETENTION_SECONDS (what beat's jobs.maintenance.prune and outbox.prune do,
+    with retentions short enough to meet the faults).
 
     Repair is `repair_lost_work` (jobs.ops.reconcile plus a look at the queue), in-process
-    so a round costs milliseconds.
+    so a round costs milliseconds. The look at the queue lets a job wait behind a backlog with
+    no new row, for as long as the backlog lasts; but a job's published row is the only
+    proof that it had a message (jobs.ops.reconcile), so the outbox retention must exceed the
+    longest wait in the broker, or a Redis restart strands the job (docs/fault-matrix.md,
+    Finding 5). Production's reconciler needs no look: it sends a fresh row after
+    `stale_after` whatever the queue holds (jobs.E003).
     """
     from django.conf import settings
     from django.db import close_old_connections
@@ -417,15 +425,18 @@ def maintenance_loop(
     from outbox.services import outbox_prune
 
     retention = timedelta(seconds=float(os.environ.get("CHAOS_RETENTION_SECONDS") or 0))
+    outbox_retention = float(os.environ.get("CHAOS_OUTBOX_RETENTION_SECONDS") or 0)
     last_reconcile = last_prune = 0.0
     while True:
         try:
             jobs_reap()
             schedules_tick()
-            if retention and time.monotonic() - last_prune > prune_every:
+            if time.monotonic() - last_prune > prune_every:
                 last_prune = time.monotonic()
-                jobs_prune(older_than=retention, batch=200, budget_seconds=1.0)
-                outbox_prune(older_than=retention, batch=500)
+                if retention:
+                    jobs_prune(older_than=retention, batch=200, budget_seconds=1.0)
+                if outbox_retention:
+                    outbox_prune(older_than=timedelta(seconds=outbox_retention), batch=500)
             if time.monotonic() - last_reconcile > reconcile_every:
                 last_reconcile = time.monotonic()
                 repaired = repair_lost_work(redis_url=settings.CELERY_BROKER_URL)

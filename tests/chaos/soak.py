@@ -104,8 +104,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--retention",
         type=float,
         default=10.0,
-        help="prune finished jobs and published outbox rows older than this many seconds "
-        "during the run (0: no pruning); the checker reads the pruned rows from an archive",
+        help="prune finished jobs older than this many seconds during the run (0: no "
+        "pruning); the checker reads the pruned rows from an archive",
+    )
+    parser.add_argument(
+        "--outbox-retention",
+        type=float,
+        default=300.0,
+        help="prune published outbox rows older than this many seconds (0: never); longer "
+        "than any message waits in the broker (a due job's row is the reconciler's proof)",
     )
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     parser.add_argument("--keep-logs", action="store_true", help="keep process logs")
@@ -377,7 +384,7 @@ class Soak:
             from django.core.management import call_command
 
             call_command("migrate", verbosity=0, interactive=False)
-            if args.retention:
+            if args.retention or args.outbox_retention:
                 from tests.chaos import archive
 
                 archive.install()
@@ -395,6 +402,7 @@ class Soak:
                 worker_count=args.workers,
                 concurrency=args.concurrency,
                 retention=args.retention,
+                outbox_retention=args.outbox_retention,
             )
             cluster.start_all()
             self.cluster = cluster

@@ -41,6 +41,8 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
             "3",
             "--drain-timeout",
             "60",
+            "--outbox-retention",
+            "30",
             "--report",
             str(report_path),
         ],
@@ -73,8 +75,8 @@ def test_short_soak__every_fault_type_and_every_invariant_holds(tmp_path: Path) 
     by_kind = check["by_kind"]
     sends = sum(by_kind.get(k, {}).get("succeeded", 0) for k in ("chaos.notify", "chaos.flaky"))
     assert check["notices"] == sends, "one provider notice per succeeded sending job"
-    # Pruning ran under the faults (retention 10 s): finished jobs and outbox rows went, and
-    # the checker read them from the archive.
+    # Pruning ran under the faults (jobs after 10 s, published outbox rows after 30 s):
+    # finished jobs and outbox rows went, and the checker read them from the archive.
     assert check["pruned"]["jobs_job"] > 0 and check["pruned"]["outbox_outboxentry"] > 0
     # Follow-ups met the faults: every fan-out that succeeded had its join run once.
     fanned = by_kind.get("chaos.fan_out", {}).get("succeeded", 0)
