@@ -11,7 +11,6 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import NoReverseMatch, reverse
 
 from outbox.checks import settings_errors
-from outbox.conf import outbox_settings
 
 from . import registry
 from .conf import jobs_settings
@@ -27,21 +26,6 @@ def jobs_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 f"JOBS_TASK_SOFT_TIME_LIMIT ({jobs_settings.TASK_SOFT_TIME_LIMIT:g}s) must be "
                 f"below JOBS_TASK_TIME_LIMIT ({jobs_settings.TASK_TIME_LIMIT:g}s).",
                 id="jobs.E002",
-            )
-        )
-    # A due job's published outbox row is the reconciler's and the redelivery check's only
-    # proof that it had a message (jobs.ops.reconcile): pruned before they look, a message
-    # the broker lost is never sent again. The reconciler sends a fresh row within this.
-    recovered_within = jobs_settings.RECONCILE_STALE_AFTER + jobs_settings.RECONCILE_INTERVAL
-    retention = outbox_settings.RETENTION_SECONDS
-    if retention <= recovered_within:
-        errors.append(
-            Error(
-                f"OUTBOX_RETENTION_SECONDS ({retention}s) must exceed "
-                "JOBS_RECONCILE_STALE_AFTER + JOBS_RECONCILE_INTERVAL "
-                f"({recovered_within:g}s): a job whose published row is pruned first is lost "
-                "for good when the broker loses its message.",
-                id="jobs.E003",
             )
         )
     return errors

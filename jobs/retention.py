@@ -16,7 +16,7 @@ PostgreSQL are checked at commit, so a batch may hold a parent and its children 
   - a model of the host project has a foreign key to it (the pruner never deletes rows it
     does not know: such a job stays until that row lets go of it).
 What a job owns goes with it: events, ledger entries, quarantine records, dependency edges it
-waited on, callback deliveries and their attempts.
+waited on, callback deliveries and their attempts, its outbox rows.
 
 Identity lasts as long as the row: a replay of an idempotency key, or a submit of the same
 business key, after its job was pruned is a new job. JOBS_RETENTION_SECONDS is therefore the
@@ -35,6 +35,8 @@ from uuid import UUID
 
 from django.db import connection, models, transaction
 from django.utils import timezone
+
+from outbox.models import OutboxEntry
 
 from .conf import jobs_settings
 from .models import (
@@ -59,6 +61,8 @@ _OWNED: tuple[tuple[type[models.Model], str], ...] = (
     (QuarantineRecord, "job"),
     (JobDependency, "waiter"),
     (CallbackDelivery, "job"),
+    # Its outbox rows: outbox_prune keeps a job's newest row for as long as the job is there.
+    (OutboxEntry, "job"),
 )
 
 # Oldest first, past the last batch's last row (a run walks past the jobs it must keep).

@@ -172,8 +172,9 @@ class OutboxSettings(AppSettings):
     )
     RETENTION_SECONDS: Setting[int] = Setting(
         24 * 3600,
-        "Published rows older than this are pruned (a published row's only later reader is "
-        "the redelivery check of a job still due: minutes).",
+        "Published rows older than this are pruned, except each job's newest row, which goes "
+        "with the job (it is the reconciler's and the redelivery check's proof that a due job "
+        "had a message).",
         positive=True,
     )
     PUBLISH_BACKOFF_CAP: Setting[float] = Setting(

@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from .conf import outbox_settings
@@ -133,13 +134,19 @@ def outbox_enqueue(**fields: Any) -> OutboxEntry:
 
 
 def outbox_prune(*, older_than: timedelta | None = None, batch: int = 5000) -> int:
-    """Delete published rows past retention, in batches; returns how many went."""
+    """Delete published rows past retention, in batches; returns how many went.
+
+    A job's newest row stays, however old: while the job is due it is the reconciler's and
+    the redelivery check's proof that the job had a message (pruned, a message the broker
+    lost would never be sent again); it goes with the job (jobs.retention)."""
     cutoff = timezone.now() - (older_than or timedelta(seconds=outbox_settings.RETENTION_SECONDS))
+    newer = OutboxEntry.objects.filter(job_id=OuterRef("job_id"), id__gt=OuterRef("id"))
+    old = OutboxEntry.objects.filter(published_at__lt=cutoff).filter(
+        Q(job_id__isnull=True) | Exists(newer)
+    )
     total = 0
     while True:
-        ids = list(
-            OutboxEntry.objects.filter(published_at__lt=cutoff).values_list("id", flat=True)[:batch]
-        )
+        ids = list(old.values_list("id", flat=True)[:batch])
         if not ids:
             return total
         total += OutboxEntry.objects.filter(id__in=ids).delete()[0]

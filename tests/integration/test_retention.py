@@ -20,6 +20,7 @@ from jobs.models import EffectLedgerEntry, Job, JobDependency, JobEvent, Quarant
 from jobs.retention import jobs_prune, prune_batch
 from jobs.runtime import Outcome
 from jobs.services import job_cancel
+from outbox.models import OutboxEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,6 +73,9 @@ def test_old_finished_jobs__deleted_with_their_rows__recent_active_and_quarantin
         queued.pk,
     }
     assert not JobEvent.objects.filter(job_id__in=[old_ok.pk, cancelled.pk]).exists()
+    # Their outbox rows went with them (outbox_prune keeps a job's newest row while it is there).
+    assert not OutboxEntry.objects.filter(job_id__in=[old_ok.pk, cancelled.pk]).exists()
+    assert OutboxEntry.objects.filter(job_id=recent.pk).exists()
     assert JobEvent.objects.filter(job_id=recent.pk).exists()
     assert QuarantineRecord.objects.filter(job_id=old_failed_to_quarantine.pk).exists()
 

@@ -58,12 +58,24 @@ def test_job_of_an_unknown_version_is_released_without_spending_an_attempt(
     assert (job.result, job.attempt) == ({"ran": 2}, 1)
 
 
-def test_published_outbox_rows_are_pruned_after_retention_and_unpublished_kept(user: Any) -> None:
+def test_published_outbox_rows_are_pruned_after_retention__a_jobs_newest_and_unpublished_kept(
+    user: Any,
+) -> None:
+    """A due job's newest published row is the reconciler's proof that it had a message: it
+    stays however old (it goes with the job, jobs.retention); older rows of the job go."""
     old = jobs.submit(kind="noop", input={"n": 1}, owner=user)
     pending = jobs.submit(kind="noop", input={"n": 2}, owner=user)
     long_ago = timezone.now() - timedelta(days=8)
+    newest = OutboxEntry.objects.get(job_id=old.pk)
+    newest.pk = None
+    newest.save()  # a republish of the job; both published long ago
     OutboxEntry.objects.filter(job_id=old.pk).update(published_at=long_ago, created_at=long_ago)
     OutboxEntry.objects.filter(job_id=pending.pk).update(published_at=None)
+
     assert outbox_prune(older_than=timedelta(days=7)) == 1
-    assert not OutboxEntry.objects.filter(job_id=old.pk).exists()
+
+    assert list(OutboxEntry.objects.filter(job_id=old.pk).values_list("pk", flat=True)) == [
+        newest.pk
+    ]
     assert OutboxEntry.objects.filter(job_id=pending.pk).exists()
+    assert outbox_prune(older_than=timedelta(days=7)) == 0
