@@ -15,7 +15,7 @@ CELERY_BROKER_URL ?= redis://127.0.0.1:6379/$(REDIS_DB)
 export CELERY_BROKER_URL
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-matrix test-fast lint format demo bench bench-slow-link bench-soak chaos migrate services clean
+.PHONY: setup run test test-matrix test-fast lint format demo bench bench-slow-link bench-soak bench-rss chaos migrate services clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 1; }
@@ -95,6 +95,11 @@ bench-slow-link: setup
 SOAK_MINUTES ?= 20
 bench-soak: setup
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --write-docs
+
+# Memory over 100,000 jobs (bench/rss.py, issue 28): worker main, pool children and the
+# web-like submitting process, RSS growth after a 10,000-job warm-up (bound 10 MB each).
+bench-rss: setup
+	$(BIN)/python bench/rss.py
 
 chaos: setup
 	$(BIN)/python -m tests.chaos.soak $(CHAOS_ARGS)
