@@ -19,6 +19,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _celery(app: str, command: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", app, command, "--loglevel=INFO"]
+
+
 def celery_worker_argv(
     name: str,
     *,
@@ -31,13 +35,7 @@ def celery_worker_argv(
     """`celery worker` as the tests and benchmarks run it: quiet (no gossip, mingle or
     heartbeat events), named `name@host`."""
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        app,
-        "worker",
-        "--loglevel=INFO",
+        *_celery(app, "worker"),
         f"--queues={queues}",
         f"--concurrency={concurrency}",
         f"--pool={pool}",
@@ -53,13 +51,7 @@ def celery_beat_argv(workdir: Path, name: str, *, app: str = "jobsite") -> list[
     """`celery beat` with its schedule file and pidfile under `workdir`, named after `name`
     (two beats need two of each)."""
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        app,
-        "beat",
-        "--loglevel=INFO",
+        *_celery(app, "beat"),
         f"--schedule={workdir / name}-schedule",
         f"--pidfile={workdir / name}.pid",
     ]
