@@ -110,7 +110,7 @@ class _Publisher(Background):
             self.full = True
             logger.warning(
                 "outbox fast path holds %d rows (OUTBOX_FASTPATH_MAX_ROWS): leaving new rows "
-                "to the relay until a publish goes through",
+                "to the relay until the publisher takes the rows in hand",
                 self.count,
                 extra={"n": n, "held": self.count},
             )

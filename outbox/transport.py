@@ -1,6 +1,7 @@
 """The Celery app the outbox publishes through (the project's, never a default one), and how
 it sends a task message: the message `send_task` makes, over a producer the process keeps
-(one broker connection per publishing process, besides Celery's pool)."""
+(one broker connection per publishing process, besides Celery's pool); and the transport the
+project's workers use over plain redis:// (`worker_transport`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from typing import Any, Protocol
 
 from celery import Celery, current_app
 from django.utils.module_loading import import_string
-from kombu import Producer
+from kombu import Connection, Producer
 from kombu.utils.uuid import uuid
 
 from .batching import broker_priority
 from .conf import outbox_settings
 from .exceptions import BrokerNotConfigured
-from .kombu_redis import with_kept_client
+from .kombu_redis import TRANSPORT_PATH, with_kept_client
 
 logger = logging.getLogger(__name__)
 
@@ -295,3 +296,20 @@ def task_sender(app: Celery) -> Iterator[Send]:
         yield send
     finally:
         held.lock.release()
+
+
+def worker_transport(app: Celery) -> bool:
+    """Point `app`'s broker connections at `outbox.kombu_redis.Transport` (worker_init, so
+    before the worker connects) when the project left `broker_transport` unset and the broker
+    URL is plain `redis://` over kombu's own transport: a worker whose Redis restarts under it
+    reconnects instead of exiting. Returns whether it did."""
+    if app.conf.broker_transport:
+        return False
+    url = broker_url(app)
+    if not url.startswith("redis://"):
+        return False
+    connection = Connection(url)
+    if with_kept_client(connection) is connection:
+        return False
+    app.conf.broker_transport = TRANSPORT_PATH
+    return True

@@ -29,6 +29,27 @@ def _celery_on_private_redis(session_redis: PrivateRedis) -> None:
 
 
 @pytest.fixture
+def lossy_redis(session_redis: PrivateRedis) -> Iterator[PrivateRedis]:
+    """A Redis of this test's own, killed and restarted by it; celery points back after."""
+    private = PrivateRedis()
+    private.start()
+    point_celery(private.url)
+    try:
+        yield private
+    finally:
+        point_celery(session_redis.url)
+        private.close()
+
+
+def point_celery(url: str) -> None:
+    """point_celery_at, and drop the producer pool, which would keep the closed connection pool."""
+    from jobsite.celery import app
+
+    point_celery_at(url)
+    app.amqp._producer_pool = None  # type: ignore[attr-defined]  # kombu private
+
+
+@pytest.fixture
 def broker(session_redis: PrivateRedis) -> Iterator[Any]:
     """A client of the private Redis the in-process Celery app publishes to, emptied first."""
     import redis

@@ -111,8 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--outbox-retention",
         type=float,
         default=300.0,
-        help="prune published outbox rows older than this many seconds (0: never); longer "
-        "than any message waits in the broker (a due job's row is the reconciler's proof)",
+        help="prune published outbox rows older than this many seconds (0: never); each "
+        "job's newest row stays however old (a due job's row is the reconciler's proof)",
     )
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     parser.add_argument("--keep-logs", action="store_true", help="keep process logs")

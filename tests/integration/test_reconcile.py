@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,31 +16,10 @@ import jobs
 from jobs.models import EffectLedgerEntry, Job, JobEvent
 from jobs.ops.reconcile import lost_jobs, reconcile_run
 from outbox.models import OutboxEntry
-from tests.conftest import point_celery_at
+from tests.conftest import point_celery
 from tests.harness import PrivateRedis, harness_for, queue_length, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def lossy_redis(session_redis: PrivateRedis) -> Iterator[PrivateRedis]:
-    """A Redis of this test's own, killed and restarted by it; celery points back after."""
-    private = PrivateRedis()
-    private.start()
-    _point_celery(private.url)
-    try:
-        yield private
-    finally:
-        _point_celery(session_redis.url)
-        private.close()
-
-
-def _point_celery(url: str) -> None:
-    """Also drop the producer pool, which would otherwise keep the closed connection pool."""
-    from jobsite.celery import app
-
-    point_celery_at(url)
-    app.amqp._producer_pool = None  # type: ignore[attr-defined]  # kombu private
 
 
 def _all_published() -> bool:
@@ -58,7 +36,7 @@ def test_reconcile_repairs_jobs_lost_by_redis_restart__messages_gone(
     broker.close()
 
     lossy_redis.restart()  # no persistence: the five messages are gone
-    _point_celery(lossy_redis.url)
+    point_celery(lossy_redis.url)
     assert queue_length(redis.Redis(port=lossy_redis.port)) == 0
 
     with harness_for(lossy_redis.url) as h:
