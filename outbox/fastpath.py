@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .background import Background, PerProcess
+from .breaker import breaker
 from .conf import outbox_settings
 from .failpoints import failpoint
 from .models import OutboxEntry
@@ -82,6 +83,9 @@ class _Publisher(Background):
         mine = 1 if getattr(_local, "depth", 0) else 0
         with self.cond:
             alone = not self.count and not self.in_flight and self.writers - mine == 0
+            # After a pause for a broker that was down, the probe is the publisher thread's
+            # (outbox.breaker): a request never waits on it.
+            alone = alone and not breaker.probing()
             if alone:
                 self.in_flight += 1
             elif self.count + len(rows) > outbox_settings.FASTPATH_MAX_ROWS:
@@ -234,3 +238,11 @@ def flush(timeout: float = 5.0) -> bool:
     if current is None:
         return True
     return current.flush(timeout)
+
+
+def stop(timeout: float = 5.0) -> None:
+    """Publish what is in hand and end this process's publisher thread, closing its database
+    connection (a test session before it drops its database)."""
+    current = _publisher.current()
+    if current is not None:
+        current.stop(timeout)

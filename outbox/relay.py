@@ -39,6 +39,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from . import marks
 from .batching import messages_of
+from .breaker import breaker
 from .conf import outbox_settings
 from .failpoints import failpoint
 from .fastpath import publish_combined
@@ -133,9 +134,9 @@ def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[O
     return rows
 
 
-def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
+def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str], str]:
     """Step 2: publish over one connection, packed into batch messages where a rule allows
-    (outbox.batching); returns (published ids, errors by id)."""
+    (outbox.batching); returns (published ids, errors by id, the connection's error or "")."""
     done: list[int] = []
     errors: dict[int, str] = {}
     down = ""  # the connection's error, once a send failed on it: the rest is not sent
@@ -154,7 +155,7 @@ def _publish(rows: list[OutboxEntry]) -> tuple[list[int], dict[int, str]]:
                     down = error
             else:
                 done.extend(message.ids)
-    return done, errors
+    return done, errors, down
 
 
 def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None:
@@ -184,10 +185,17 @@ def outbox_mark_failed(errors: dict[int, str], attempts: dict[int, int]) -> None
 def _publish_and_mark(
     rows: list[OutboxEntry], mark: Callable[[list[int]], object] = outbox_mark_published
 ) -> RelayResult:
+    down = ""
     try:
-        done, errors = _publish(rows)
+        done, errors, down = _publish(rows)
     except Exception as exc:  # no broker connection at all: every row backs off
-        done, errors = [], {row.id: f"{type(exc).__name__}: {exc}"[:500] for row in rows}
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        done, errors = [], dict.fromkeys((row.id for row in rows), error)
+        down = error if isinstance(exc, BROKER_DOWN) else ""
+    if down:
+        breaker.failed(down)
+    elif done:
+        breaker.succeeded()
     failpoint("relay.after_publish_before_mark")
     mark(done)
     outbox_mark_failed(errors, {row.id: row.publish_attempts + 1 for row in rows})

@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from .breaker import breaker
 from .conf import outbox_settings
 from .exceptions import OutboxOutsideTransaction
 from .models import OutboxEntry
@@ -50,8 +51,11 @@ def outbox_reserved_until(
     """The `reserved_until` of a row written at `now`, due at `due`: with the fast path
     (`fast_path`, else OUTBOX_FAST_PATH) and due now, the row is reserved for the writing
     process, which publishes it right after the commit (`outbox_after_commit`); if that process
-    dies first, the reservation lapses and the relay publishes it. None: the relay's at once."""
+    dies first, the reservation lapses and the relay publishes it. None: the relay's at once
+    (also while this process's fast path is paused, the broker down: outbox.breaker)."""
     if not (outbox_settings.FAST_PATH if fast_path is None else fast_path) or due > now:
+        return None
+    if breaker.paused():  # the broker is down: the relay's at once (outbox.breaker)
         return None
     return now + timedelta(seconds=outbox_settings.RESERVATION_SECONDS)
 

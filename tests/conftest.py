@@ -80,12 +80,13 @@ def redis_flushall(port: int) -> None:
 def _outbox_marks_stopped_before_the_database_goes(
     django_db_setup: Any, django_db_blocker: Any
 ) -> Iterator[None]:
-    """The fast path's mark thread holds a connection to the test database; end it before
-    pytest-django drops that database (this fixture is torn down first)."""
+    """The fast path's publisher and mark threads hold connections to the test database; end
+    them before pytest-django drops that database (this fixture is torn down first)."""
     yield
-    from outbox import marks
+    from outbox import fastpath, marks
 
     with django_db_blocker.unblock():
+        fastpath.stop()
         marks.stop()
 
 
@@ -98,6 +99,16 @@ def _outbox_marks_settled(django_db_blocker: Any) -> Iterator[None]:
 
     with django_db_blocker.unblock():
         marks.flush()
+
+
+@pytest.fixture(autouse=True)
+def _fast_path_unpaused() -> Iterator[None]:
+    """A test that met a broker down (outbox.breaker) leaves the next one's fast path as new."""
+    from outbox.breaker import breaker
+
+    breaker.reset()
+    yield
+    breaker.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,11 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -379,3 +381,25 @@ def broker_job_ids(broker_url: str, queue: str = "jobs") -> list[str]:
         else:
             ids.append(str(kwargs["job_id"]))
     return ids
+
+
+class ClosingBroker:
+    """A TCP port that accepts every connection and closes it at once (a broker going down),
+    counting the connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()

@@ -87,12 +87,16 @@ def test_two_beats_two_workers_60_ticks__one_job_per_tick__no_gap(harness: Harne
     runs = TaskResult.objects.filter(task_name="jobs.maintenance.schedules").values_list(
         "worker", "result"
     )
+    ran = {str(worker).split("@")[0] for worker, _ in runs if worker}
     submitting = {
         str(worker).split("@")[0]
         for worker, result in runs
         if worker and json.loads(result or "{}").get("submitted", {}).get(NAME)
     }
-    assert submitting == {"tick-1", "tick-2"}  # ...and both workers submitted ticks
+    # ...and both workers ran the ticker against each other. Which one wins a tick is a race:
+    # on a loaded machine one may win them all (seen once in a full suite run).
+    assert ran == {"tick-1", "tick-2"}, ran
+    assert submitting, runs
 
 
 @pytest.mark.parametrize("catch_up", ["all", "latest"])

@@ -6,9 +6,7 @@ is not there."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
 from outbox.transport import RETRY_POLICY, celery_app, task_sender
 from tests.conftest import point_celery_at
-from tests.harness import Harness, PrivateRedis, queue_envelopes, wait_until
+from tests.harness import ClosingBroker, Harness, PrivateRedis, queue_envelopes, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -264,28 +262,6 @@ def test_the_kept_producer_over_redis__reuses_one_client__and_follows_a_new_pool
     assert channel._kept_client.connection_pool is channel.pool
     sent = [json.loads(base64.b64decode(e["body"]))[1] for e in envelopes(broker)]
     assert [kwargs["generation"] for kwargs in sent] == [1, 2, 3, 4]
-
-
-class ClosingBroker:
-    """A TCP port that accepts every connection and closes it at once (a broker going down),
-    counting the connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.sock.accept()
-                self.accepted += 1
-                conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_a_broker_that_fails_the_connection__fails_the_rest_of_the_call_at_once(

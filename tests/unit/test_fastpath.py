@@ -19,6 +19,7 @@ def _rows(*ids: int) -> list[Any]:
 
 @pytest.fixture(autouse=True)
 def fresh_publisher() -> Iterator[None]:
+    fastpath.stop()  # a publisher an earlier test left ends with its connection, not orphaned
     fastpath._publisher.forget()
     yield
     assert fastpath.flush(10), "rows left in hand after the test"
