@@ -21,10 +21,10 @@ channel raises a connection error instead, which Celery ignores as it does any o
 messages stay in Redis's unacked hash, where kombu's visibility timeout and the redelivery
 check (jobs.redeliver) find them; the worker reconnects and goes on.
 
-Used for the outbox's held producer (`outbox.transport`) and, through `worker_transport`, by
-every Celery worker of the project (`outbox.transport.worker_transport`) when the broker URL
-is plain `redis://`; `rediss://`,
-Sentinel, any other transport and a `broker_transport` the project set are left as they are.
+Used for the outbox's held producer and, set at worker start by
+`outbox.transport.worker_transport`, by every Celery worker of the project, when the broker
+URL is plain `redis://`; `rediss://`, Sentinel, any other transport and a `broker_transport`
+the project set are left as they are.
 tests/unit/test_kombu_redis.py checks the reuse and the pool change, tests/integration/
 test_broker_channel_close.py the closed channel against a Redis killed under it; the wire
 test (tests/integration/test_relay_sender.py) checks the message is the one `send_task` sends.

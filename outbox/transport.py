@@ -305,11 +305,8 @@ def worker_transport(app: Celery) -> bool:
     reconnects instead of exiting. Returns whether it did."""
     if app.conf.broker_transport:
         return False
-    url = broker_url(app)
-    if not url.startswith("redis://"):
-        return False
-    connection = Connection(url)
-    if with_kept_client(connection) is connection:
+    connection = Connection(broker_url(app))
+    if with_kept_client(connection) is connection:  # not plain redis:// (with_kept_client)
         return False
     app.conf.broker_transport = TRANSPORT_PATH
     return True
