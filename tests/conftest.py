@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,14 +32,33 @@ def _celery_on_private_redis(session_redis: PrivateRedis) -> None:
 @pytest.fixture
 def lossy_redis(session_redis: PrivateRedis) -> Iterator[PrivateRedis]:
     """A Redis of this test's own, killed and restarted by it; celery points back after."""
-    private = PrivateRedis()
-    private.start()
-    point_celery(private.url)
-    try:
+    with celery_on_private_redis(back=session_redis.url) as private:
         yield private
+
+
+@contextlib.contextmanager
+def celery_on_private_redis(
+    *, back: str, also_bind: tuple[str, ...] = ()
+) -> Iterator[PrivateRedis]:
+    """A Redis of the caller's own, this process's Celery app on it for the block (then on
+    `back`); removed after."""
+    private = PrivateRedis(also_bind=also_bind)
+    private.start()
+    try:
+        with celery_at(private.url, back=back):
+            yield private
     finally:
-        point_celery(session_redis.url)
         private.close()
+
+
+@contextlib.contextmanager
+def celery_at(url: str, *, back: str) -> Iterator[None]:
+    """This process's Celery app on the broker at `url` for the block, then on `back`."""
+    point_celery(url)
+    try:
+        yield
+    finally:
+        point_celery(back)
 
 
 def point_celery(url: str) -> None:

@@ -18,7 +18,7 @@ from outbox import fastpath
 from outbox.breaker import breaker
 from outbox.models import OutboxEntry
 from outbox.relay import outbox_relay_batch
-from tests.conftest import point_celery
+from tests.conftest import celery_at, point_celery
 from tests.harness import ClosingBroker, PrivateRedis, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,11 +27,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def dead_broker(session_redis: PrivateRedis) -> Iterator[ClosingBroker]:
     dead = ClosingBroker()
-    point_celery(f"redis://127.0.0.1:{dead.port}/0")
     try:
-        yield dead
+        with celery_at(f"redis://127.0.0.1:{dead.port}/0", back=session_redis.url):
+            yield dead
     finally:
-        point_celery(session_redis.url)
         dead.close()
 
 

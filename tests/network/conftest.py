@@ -51,6 +51,17 @@ def network(_netns_usable: None) -> Iterator[Network]:
         yield net
 
 
+@pytest.fixture
+def network_redis(network: Network, session_redis: PrivateRedis) -> Iterator[PrivateRedis]:
+    """A Redis of this test's own on the service address "redis" (and loopback, where this
+    process's Celery app publishes to it for the test's length)."""
+    from tests.conftest import celery_on_private_redis
+
+    address = network.service("redis")
+    with celery_on_private_redis(back=session_redis.url, also_bind=(address,)) as redis:
+        yield redis
+
+
 class EchoServer(socketserver.ThreadingTCPServer):
     """Echoes what it reads; notes how each connection ended (eof, reset, still open)."""
 

@@ -11,23 +11,20 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
 import jobs
-from demo.guided.processes import point_celery_at
 from jobs.models import Job
 from tests.chaos.private_pg import PrivatePostgres, private_postgres
 from tests.harness import ROOT, PrivateRedis, Proc, broker_job_ids, wait_until
-from tests.network.hosts import HostHarness
+from tests.network.hosts import Client, HostHarness
 from tests.network.netns import NETWORK_CIDR, Host, Network
 from tests.network.proxy import fault_proxy
 
@@ -71,36 +68,6 @@ except Exception as error:
     outcome = "failed:" + type(error).__name__
 print(outcome, round(time.monotonic() - started, 2), flush=True)
 """
-
-
-@dataclass
-class Client:
-    """A PG_CLIENT process; each line it prints is kept with the monotonic time it arrived."""
-
-    popen: subprocess.Popen[str]
-    lines: list[tuple[float, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        threading.Thread(target=self._read, args=(self.popen.stdout,), daemon=True).start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.append((time.monotonic(), line.strip()))
-
-    def line(self, prefix: str | tuple[str, ...], *, timeout: float) -> tuple[float, str]:
-        """The first line starting with `prefix` (and when it came), waiting up to `timeout`."""
-
-        def found() -> tuple[float, str] | None:
-            return next(((t, s) for t, s in self.lines if s.startswith(prefix)), None)
-
-        what = f"a line {prefix!r} (the call is still blocked?): {self.lines}"
-        return wait_until(found, timeout=timeout, what=what)
-
-    def outcome(self, *, timeout: float) -> tuple[float, str, float]:
-        """(arrival time, outcome, seconds the call took as the client measured it)."""
-        at, text = self.line(("ok ", "failed:"), timeout=timeout)
-        outcome, seconds = text.rsplit(" ", 1)
-        return at, outcome, float(seconds)
 
 
 def pg_client(host: Host, pg: PrivatePostgres, address: str, role: str) -> Client:
@@ -189,57 +156,51 @@ def job_succeeded(job: Job) -> bool:
 
 
 def test_worker__notices_a_cut_broker_within_its_bound_and_consumes_again_after_heal(
-    network: Network, user: Any, session_redis: PrivateRedis, settings: Any
+    network: Network, user: Any, network_redis: PrivateRedis, settings: Any
 ) -> None:
     """Redis cut off from the worker's host (PostgreSQL still reachable): the worker's main
     loop drops the dead BRPOP within brpop_timeout + 2 x health_check_interval and keeps
     reconnecting; after the heal it takes the job submitted during the cut."""
     redis_address, pg_address = network.service("redis"), network.service("pg")
-    redis = PrivateRedis(also_bind=(redis_address,))
-    redis.start()
+    redis = network_redis  # this process submits to it over loopback
     db = connection.settings_dict
     workdir = Path(tempfile.mkdtemp(prefix="jobs-net-"))
     (workdir / "media").mkdir()
     settings.MEDIA_ROOT = workdir / "media"
-    point_celery_at(redis.url)  # this process submits to the private Redis, over loopback
-    try:
-        with fault_proxy(
-            (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)), host=pg_address
-        ) as pg_proxy:
-            harness = HostHarness(
-                broker_url=f"redis://{redis_address}:{redis.port}/0",
-                database_url=f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
-                workdir=workdir,
-                media_root=workdir / "media",
+    with fault_proxy(
+        (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)), host=pg_address
+    ) as pg_proxy:
+        harness = HostHarness(
+            broker_url=f"redis://{redis_address}:{redis.port}/0",
+            database_url=f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
+            workdir=workdir,
+            media_root=workdir / "media",
+        )
+        harness.host = host = network.host()
+        try:
+            worker = harness.start_worker("netw1")
+            first = jobs.submit(kind="noop", input={}, owner=user)
+            wait_until(lambda: job_succeeded(first), timeout=30, what="a job before the cut")
+
+            since = len(worker.log())
+            host.blackhole("redis")
+            cut_at = time.monotonic()
+            seen = wait_until(
+                lambda: broker_trouble(worker, since),
+                timeout=BROKER_NOTICE_BOUND + 20,
+                what="the worker to notice the cut broker",
             )
-            harness.host = host = network.host()
-            try:
-                worker = harness.start_worker("netw1")
-                first = jobs.submit(kind="noop", input={}, owner=user)
-                wait_until(lambda: job_succeeded(first), timeout=30, what="a job before the cut")
+            noticed = time.monotonic() - cut_at
+            during = jobs.submit(kind="noop", input={}, owner=user)
+            assert str(during.pk) in broker_job_ids(redis.url)  # waiting, not consumed
+            assert worker.alive()
 
-                since = len(worker.log())
-                host.blackhole("redis")
-                cut_at = time.monotonic()
-                seen = wait_until(
-                    lambda: broker_trouble(worker, since),
-                    timeout=BROKER_NOTICE_BOUND + 20,
-                    what="the worker to notice the cut broker",
-                )
-                noticed = time.monotonic() - cut_at
-                during = jobs.submit(kind="noop", input={}, owner=user)
-                assert str(during.pk) in broker_job_ids(redis.url)  # waiting, not consumed
-                assert worker.alive()
-
-                host.heal("redis")
-                healed_at = time.monotonic()
-                wait_until(lambda: job_succeeded(during), timeout=60, what="a job after heal")
-                recovered = time.monotonic() - healed_at
-            finally:
-                harness.stop_all()
-    finally:
-        point_celery_at(session_redis.url)
-        redis.close()
+            host.heal("redis")
+            healed_at = time.monotonic()
+            wait_until(lambda: job_succeeded(during), timeout=60, what="a job after heal")
+            recovered = time.monotonic() - healed_at
+        finally:
+            harness.stop_all()
     print(f"broker cut: {seen!r} after {noticed:.1f}s; a job ran {recovered:.1f}s after heal")
     assert noticed <= BROKER_NOTICE_BOUND + MARGIN
     assert recovered <= RECONNECT_BOUND + MARGIN

@@ -4,11 +4,8 @@ the first waits on the broker, and the jobs run through the relay during the cut
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +14,10 @@ from django.db import connection
 
 from jobs.models import Job
 from outbox.breaker import PAUSE_MAX
-from tests.conftest import point_celery
-from tests.harness import ROOT, Harness, PrivateRedis, wait_until
+from tests.harness import ROOT, PrivateRedis, harness_for, wait_until
+from tests.network.hosts import Client
 from tests.network.netns import Network
 from tests.network.proxy import fault_proxy
-from tests.network.test_partitions import Client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
@@ -48,90 +44,74 @@ for line in sys.stdin:
 
 
 def test_web_host_cut_from_redis__one_submit_waits__the_rest_return_at_once_and_run(
-    network: Network, user: Any, session_redis: PrivateRedis
+    network: Network, user: Any, network_redis: PrivateRedis
 ) -> None:
     redis_address, pg_address = network.service("redis"), network.service("pg")
-    redis = PrivateRedis(also_bind=(redis_address,))
-    redis.start()
-    point_celery(redis.url)
+    redis = network_redis
     db = connection.settings_dict
-    workdir = Path(tempfile.mkdtemp(prefix="jobs-net-web-"))
-    (workdir / "media").mkdir()
     web = network.host()
-    try:
-        with fault_proxy(
+    # The worker and the relay run here, over loopback: healthy hosts.
+    with (
+        harness_for(redis.url) as harness,
+        fault_proxy(
             (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)), host=pg_address
-        ) as pg_proxy:
-            # The worker and the relay run here, over loopback: healthy hosts.
-            harness = Harness(
-                broker_url=redis.url,
-                database_url=f"postgres://postgres@127.0.0.1:{db['PORT'] or 5432}/{db['NAME']}",
-                workdir=workdir,
-                media_root=workdir / "media",
+        ) as pg_proxy,
+    ):
+        env = harness.base_env(  # the web host's: its own routes to both servers
+            DATABASE_URL=f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
+            CELERY_BROKER_URL=f"redis://{redis_address}:{redis.port}/0",
+            JOBS_TEST_OWNER=str(user.pk),
+        )
+        argv = web.wrap([sys.executable, "manage.py", "shell", "-c", SUBMITTER])
+        submitter = Client(
+            subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST")},
-                "DJANGO_SETTINGS_MODULE": "jobsite.settings",
-                "PYTHONPATH": str(ROOT),
-                "DATABASE_URL": f"postgres://postgres@{pg_address}:{pg_proxy.port}/{db['NAME']}",
-                "CELERY_BROKER_URL": f"redis://{redis_address}:{redis.port}/0",
-                "JOBS_TEST_OWNER": str(user.pk),
-            }
-            argv = web.wrap([sys.executable, "manage.py", "shell", "-c", SUBMITTER])
-            submitter = Client(
-                subprocess.Popen(
-                    argv,
-                    cwd=ROOT,
-                    env=env,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
+        )
+        try:
+            harness.start_worker("net-web-w1")
+            harness.start_relay()
+            submitter.line("ready", timeout=60)
+
+            def submit(tag: str) -> tuple[str, float]:
+                assert submitter.popen.stdin
+                before = len(submitter.lines)
+                submitter.popen.stdin.write(tag + "\n")
+                submitter.popen.stdin.flush()
+                wait_until(
+                    lambda: len(submitter.lines) > before,
+                    timeout=FIRST_BOUND + 10,
+                    what=f"submit {tag} to return",
                 )
+                _, pk, seconds = submitter.lines[before][1].split()
+                return pk, float(seconds)
+
+            before_cut = submit("before")
+            web.blackhole("redis")
+            in_cut = [submit(f"cut-{i}") for i in range(12)]
+            cut_ids = [pk for pk, _ in in_cut]
+            wait_until(
+                lambda: (
+                    Job.objects.filter(pk__in=cut_ids, state="succeeded").count() == len(cut_ids)
+                ),
+                timeout=RUN_BOUND + FIRST_BOUND,
+                what="the jobs submitted in the cut to run (through the relay)",
             )
-            try:
-                harness.start_worker("net-web-w1")
-                harness.start_relay()
-                submitter.line("ready", timeout=60)
-
-                def submit(tag: str) -> tuple[str, float]:
-                    assert submitter.popen.stdin
-                    before = len(submitter.lines)
-                    submitter.popen.stdin.write(tag + "\n")
-                    submitter.popen.stdin.flush()
-                    wait_until(
-                        lambda: len(submitter.lines) > before,
-                        timeout=FIRST_BOUND + 10,
-                        what=f"submit {tag} to return",
-                    )
-                    _, pk, seconds = submitter.lines[before][1].split()
-                    return pk, float(seconds)
-
-                before_cut = submit("before")
-                web.blackhole("redis")
-                in_cut = [submit(f"cut-{i}") for i in range(12)]
-                cut_ids = [pk for pk, _ in in_cut]
-                wait_until(
-                    lambda: (
-                        Job.objects.filter(pk__in=cut_ids, state="succeeded").count()
-                        == len(cut_ids)
-                    ),
-                    timeout=RUN_BOUND + FIRST_BOUND,
-                    what="the jobs submitted in the cut to run (through the relay)",
-                )
-                web.heal("redis")
-                after = submit("after")  # paused or probing: the relay's or the publisher's
-                wait_until(
-                    lambda: Job.objects.get(pk=after[0]).state == "succeeded",
-                    timeout=RUN_BOUND + PAUSE_MAX,
-                    what="a job submitted after the heal to run",
-                )
-            finally:
-                submitter.popen.kill()
-                submitter.popen.wait(timeout=10)
-                harness.stop_all()
-    finally:
-        point_celery(session_redis.url)
-        redis.close()
+            web.heal("redis")
+            after = submit("after")  # paused or probing: the relay's or the publisher's
+            wait_until(
+                lambda: Job.objects.get(pk=after[0]).state == "succeeded",
+                timeout=RUN_BOUND + PAUSE_MAX,
+                what="a job submitted after the heal to run",
+            )
+        finally:
+            submitter.popen.kill()
+            submitter.popen.wait(timeout=10)
     seconds = [s for _, s in in_cut]
     print(
         f"web host cut from Redis: before {before_cut[1] * 1000:.0f} ms; in the cut "
