@@ -57,7 +57,13 @@ from bench.scenarios import Bench, bench_owner, close_driver_db, log, set_settin
 from tests.network.proxy import FaultProxy
 
 DELAY_MS = 1.0
-JOBS = 3_000  # per drain: raw Celery's rounds under latency take the longest (~30 s)
+# Jobs per drain. Durable drains the backlog scenario's backlog (10,000; --quick 1,000): a
+# rate of a few thousand a second over 3,000 jobs is a third start-up (every pool process's
+# first connections, the main process handing out the first messages one by one over the
+# link; `ramp_ms` below), so it measured the worker's start more than its drain. Raw Celery,
+# one message a task and no start-up worth the name against ~140 tasks/s at 1 ms, keeps
+# 3,000 (its rounds under latency take the longest: ~22 s each).
+RAW_JOBS = 3_000
 # Concurrency 2 is the backlog scenario's; 4 is what a worker host across a slow link runs
 # (processes waiting on round trips, not on the CPU). Each has its own targets; the direct
 # link (context only) is run at the first.
@@ -293,6 +299,7 @@ class LinkRound:
     pg_labels: Counter[str] = field(default_factory=Counter)
     redis_labels: Counter[str] = field(default_factory=Counter)
     cycle_ms: tuple[float, float] | None = None  # durable: median (busy, gap) per message
+    ramp_ms: float | None = None  # durable: first claim -> every pool process has claimed
 
 
 # Per pool process (the lease owner's pid), each message's jobs share one claim (started_at)
@@ -312,12 +319,25 @@ SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY busy),
 """
 
 
-def message_cycle_ms(db: str) -> tuple[float, float]:
-    """Median (busy, gap) ms of a durable drain's messages, per pool process (CYCLE_SQL)."""
+# The worker's start inside the drain window: from the first claim to the last pool
+# process's first claim (each process's first message waits for its connections and for the
+# main process to hand out the messages before it, one delivery at a time).
+RAMP_SQL = """
+SELECT extract(epoch FROM max(first) - min(first)) * 1000 FROM (
+    SELECT min(started_at) AS first FROM jobs_job
+    WHERE lease_owner IS DISTINCT FROM 'bench-fill' GROUP BY split_part(lease_owner, ':', 3)
+) f
+"""
+
+
+def message_cycle_ms(db: str) -> tuple[tuple[float, float], float]:
+    """Median (busy, gap) ms of a durable drain's messages, per pool process (CYCLE_SQL),
+    and the drain's ramp (RAMP_SQL)."""
     with pg_connect(db) as conn:
         row = conn.execute(CYCLE_SQL).fetchone()
-    assert row is not None
-    return float(row[0]), float(row[1])
+        ramp = conn.execute(RAMP_SQL).fetchone()
+    assert row is not None and ramp is not None
+    return (float(row[0]), float(row[1])), float(ramp[0])
 
 
 def _one(
@@ -327,7 +347,8 @@ def _one(
         point_driver((PG_HOST, PG_PORT))
         if contender == "durable":
             drain = durable_drain(b, db, owner, n, c, analyze=False)
-            return LinkRound("direct", drain, cycle_ms=message_cycle_ms(db))
+            cycle, ramp = message_cycle_ms(db)
+            return LinkRound("direct", drain, cycle_ms=cycle, ramp_ms=ramp)
         return LinkRound("direct", raw_drain(b, n, c))
     fleet = LinkFleet(workdir=b.fleet.workdir, procs=b.fleet.procs, link=link)
     lb = LinkBench(**{**vars(b), "fleet": fleet, "driver_redis_port": link.driver_redis.port})
@@ -340,6 +361,10 @@ def _one(
     assert fleet.at_spawn is not None and fleet.at_stop is not None
     (pg0, pgl0), (rd0, rdl0) = fleet.at_spawn
     (pg1, pgl1), (rd1, rdl1) = fleet.at_stop
+    cycle: tuple[float, float] | None = None
+    ramp: float | None = None
+    if contender == "durable":
+        cycle, ramp = message_cycle_ms(db)
     return LinkRound(
         link.name,
         drain,
@@ -352,7 +377,8 @@ def _one(
         proxy_cpu_s=fleet.cpu_at_stop - fleet.cpu_at_spawn,
         pg_labels=pgl1 - pgl0,
         redis_labels=rdl1 - rdl0,
-        cycle_ms=message_cycle_ms(db) if contender == "durable" else None,
+        cycle_ms=cycle,
+        ramp_ms=ramp,
     )
 
 
@@ -370,6 +396,7 @@ def _summary(rounds: list[LinkRound]) -> dict[str, Any]:
     if rounds[0].cycle_ms is not None:
         out["message_busy_ms"] = median([r.cycle_ms[0] for r in rounds if r.cycle_ms])
         out["message_gap_ms"] = median([r.cycle_ms[1] for r in rounds if r.cycle_ms])
+        out["ramp_ms"] = median([r.ramp_ms for r in rounds if r.ramp_ms is not None])
     if rounds[0].link != "direct":
         out["pg_round_trips_per_job"] = median([r.pg_up / n for r in rounds])
         out["redis_round_trips_per_job"] = median([r.redis_up / n for r in rounds])
@@ -421,14 +448,15 @@ def scenario_slowlink(b: Bench) -> dict[str, Any]:
     ensure_database(db)
     use_target(db, b.broker(4))
     owner = bench_owner()
-    n = min(JOBS, b.backlog)
+    jobs = {"durable": b.backlog, "raw_celery": min(RAW_JOBS, b.backlog)}
     links = {
         "direct": None,
         "proxy0": Link("proxy0", b.redis.port, 0.0),
         "proxy1": Link("proxy1", b.redis.port, DELAY_MS),
     }
     out: dict[str, Any] = {
-        "jobs": n,
+        "jobs": jobs["durable"],
+        "raw_jobs": jobs["raw_celery"],
         "concurrencies": list(CONCURRENCIES),
         "tuned": {"key": TUNED, "concurrency": TUNED_CONCURRENCY, "batch_max": TUNED_BATCH_MAX},
         "delay_ms": DELAY_MS,
@@ -449,6 +477,7 @@ def scenario_slowlink(b: Bench) -> dict[str, Any]:
             for key, (c, batch_max) in setups.items():
                 set_setting("OUTBOX_BATCH_MAX", batch_max or default_batch_max)
                 for contender, name in _order(r, _links_at(key)):
+                    n = jobs[contender]
                     result = _one(b, links[name], contender, db, owner, n, c)
                     rounds[key][f"{contender}_{name}"].append(result)
                     extra = (

@@ -86,7 +86,7 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
             "",
         ]
     lines += [
-        f"The drain of section 8 ({slow['jobs']:,} no-op jobs queued, then one worker of "
+        f"The drain of section 8 ({_jobs(slow)} queued, then one worker of "
         f"concurrency {' or '.join(cs)} started; durable with `submit_many` and messages of "
         f"up to {slow['batch_max']} jobs, raw Celery one message per task"
         + (
@@ -103,7 +103,15 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         "two hosts, each with its own FaultProxy (`tests/network/proxy.py`) to PostgreSQL and "
         "to Redis; every connection of the contender's processes goes through them (the "
         "bench's own counters go direct). The proxies run in the driver process, sharing "
-        "this machine's 2 cores with everything else.",
+        "this machine's 2 cores with everything else."
+        + (
+            " Durable drains section 8's whole backlog, so the worker's start (the ramp "
+            "column) is a small part of its window; raw Celery, one message a task, drains "
+            "at an even rate from its first task, and its rounds under latency take the "
+            "longest."
+            if slow.get("raw_jobs", slow["jobs"]) != slow["jobs"]
+            else ""
+        ),
         "",
         "Round trips measured (median of 50, `SELECT 1` / `PING` through the worker's "
         "proxies): "
@@ -117,12 +125,14 @@ def table(slow: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         "that waits for each answer sends one chunk per round trip (a pipeline is one). "
         "Submit round trips: the driver's proxies over the whole round. Message busy / gap "
         "(durable): per pool process, the median time from a message's claim to its group "
-        "commit, and from the previous message's commit to this claim.",
+        "commit, and from the previous message's commit to this claim. Ramp (durable): "
+        "from the drain's first claim to the last pool process's first claim, the worker's "
+        "start inside the drain window.",
         "",
         "| c | link | contender | jobs/s (drain) | worker PG round trips/job | worker Redis "
         "round trips/job | submit PG / Redis round trips/job | commits/job | jobs/message | "
-        "worker CPU ms/job | proxy CPU ms/job | message busy / gap ms |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "worker CPU ms/job | proxy CPU ms/job | message busy / gap ms | ramp ms |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c, run in all_runs.items():
         for link in ("direct", "proxy0", "proxy1"):
@@ -178,6 +188,7 @@ def _row(row: dict[str, Any]) -> str:
     submit = cycle = ""
     if "message_busy_ms" in row:
         cycle = f"{row['message_busy_ms']:.1f} / {row['message_gap_ms']:.1f}"
+    ramp = _f(row.get("ramp_ms"))
     if "submit_pg_round_trips_per_job" in row:
         submit = (
             f"{row['submit_pg_round_trips_per_job']:.3f} / "
@@ -188,8 +199,16 @@ def _row(row: dict[str, Any]) -> str:
         f"{_f(row.get('redis_round_trips_per_job'), 3)} | {submit} | "
         f"{_f(row.get('db_commits_per_job'), 3)} | {_f(row['jobs_per_message'])} | "
         f"{_f(row['worker_cpu_ms_per_job'], 2)} | "
-        f"{_f(row.get('proxy_cpu_ms_per_job'), 3)} | {cycle} |"
+        f"{_f(row.get('proxy_cpu_ms_per_job'), 3)} | {cycle} | {ramp} |"
     )
+
+
+def _jobs(slow: dict[str, Any]) -> str:
+    """How many jobs each contender drained (one count for both in results before raw_jobs)."""
+    raw = slow.get("raw_jobs", slow["jobs"])
+    if raw == slow["jobs"]:
+        return f"{slow['jobs']:,} no-op jobs"
+    return f"{slow['jobs']:,} no-op jobs for durable and {raw:,} for raw Celery"
 
 
 def _concurrency(all_runs: dict[str, dict[str, Any]]) -> list[str]:
@@ -242,11 +261,24 @@ def _tuned(slow: dict[str, Any], plain: dict[str, Any], run: dict[str, Any]) -> 
         f"{_f(d1['jobs_per_s'])} at 1 ms: **{own:.2f}x** of its own 0 ms rate (defaults at "
         f"c={c_hi}: {own_hi:.2f}x, {_f(hi_by['durable_proxy1']['jobs_per_s'])} jobs/s at "
         f"1 ms), and {run['ratios']['durable_slow_vs_raw_slow']:.2f}x raw Celery at the "
-        "same concurrency and latency. The cost of the setting: the rows of one publish "
+        "same concurrency and latency."
+        + _ramp(by)
+        + " The cost of the setting: the rows of one publish "
         "call go out in fewer messages (150 rows make 2 messages of 75 instead of 8 of 19 "
         "at 20), so a small backlog feeds fewer processes, and a message's jobs run one "
         'after another in one process (docs/operations.md, "Slow links").',
     ]
+
+
+def _ramp(by: dict[str, Any]) -> str:
+    """The worker's start at each link, when the run measured it."""
+    r0, r1 = (by[k].get("ramp_ms") for k in ("durable_proxy0", "durable_proxy1"))
+    if r0 is None or r1 is None:
+        return ""
+    return (
+        f" The worker's start inside the window: its last pool process claimed its first "
+        f"message {_f(r1)} ms after the first one did at 1 ms ({_f(r0)} ms at 0 ms)."
+    )
 
 
 def _findings(slow: dict[str, Any], c: str, run: dict[str, Any]) -> list[str]:
