@@ -8,6 +8,7 @@ the MVCC trap: a second client in REPEATABLE READ with a snapshot taken, held fo
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -40,17 +41,35 @@ FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
 """
 # The relay sweep's scan (outbox.relay._reserve's first query, read-only: no FOR UPDATE, so
 # the probe never takes a row the relay wants), timed by the server itself.
+# The relay's sweep as it runs it (outbox.relay): the floor, found from the previous one
+# (outbox.floors), then the due rows from the floor; and the same due query from the start of
+# the index, the walk each sweep made before the floors and makes once a minute now.
+FLOOR_SQL = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT available_at FROM outbox_outboxentry
+WHERE published_at IS NULL AND available_at >= %(after)s ORDER BY available_at LIMIT 1
+"""
+FLOOR_VALUE_SQL = """
+SELECT least(min(available_at), now()) - make_interval(secs => %(margin)s)
+FROM (SELECT available_at FROM outbox_outboxentry
+      WHERE published_at IS NULL AND available_at >= %(after)s
+      ORDER BY available_at LIMIT 1) oldest
+"""
 SWEEP_SQL = """
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 SELECT id FROM outbox_outboxentry
-WHERE published_at IS NULL AND available_at <= now()
+WHERE published_at IS NULL AND available_at <= now() AND available_at >= %(floor)s
   AND (reserved_until IS NULL OR reserved_until < now())
 ORDER BY available_at, id LIMIT 125
 """
 OUTBOX_SQL = """
 SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)
-FROM outbox_outboxentry WHERE published_at IS NULL AND available_at <= now()
+FROM outbox_outboxentry
+WHERE published_at IS NULL AND available_at <= now() AND available_at >= %(floor)s
 """
+FLOOR_MARGIN_S = 5.0  # OUTBOX_SCAN_FLOOR_MARGIN_SECONDS' default
+FLOOR_FULL_S = 60.0  # OUTBOX_SCAN_FLOOR_FULL_SECONDS' default
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 SETTINGS = (
     "autovacuum",
     "autovacuum_naptime",
@@ -96,6 +115,15 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def _ms(plan: list[dict[str, Any]]) -> float:
+    return float(plan[0].get("Execution Time", 0.0)) if plan else 0.0
+
+
+def _buffers(plan: list[dict[str, Any]]) -> int:
+    top = plan[0].get("Plan", {}) if plan else {}
+    return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+
+
 @dataclass
 class Sample:
     """One look at the database and the processes, `t` seconds into the load."""
@@ -105,8 +133,9 @@ class Sample:
     indexes: dict[str, int]
     xmin_age: int
     oldest_xact_s: float
-    sweep_ms: float
+    sweep_ms: float  # the floor and the due rows from it, as the relay's sweep runs them
     sweep_buffers: int
+    full_walk_ms: float  # the due rows from the start of the index (once a minute)
     outbox_due: int
     outbox_lag_s: float
     rss_kb: dict[str, int]  # process name (and "name/pid" for each pool child) -> kB
@@ -124,6 +153,8 @@ class Probe:
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _floor: dt.datetime = EPOCH
+    _floor_full_at: float = -float("inf")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
@@ -151,6 +182,23 @@ class Probe:
         if conn is not None:
             conn.close()
 
+    def _sweep(
+        self, conn: psycopg.Connection[Any]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dt.datetime]:
+        """The relay's sweep, floor first (outbox.floors: from the previous floor, from the
+        start once a minute); returns both plans and the floor."""
+        began = time.monotonic()
+        full = began - self._floor_full_at >= FLOOR_FULL_S
+        after = {"after": EPOCH if full else self._floor, "margin": FLOOR_MARGIN_S}
+        (floor_plan,) = conn.execute(FLOOR_SQL, after).fetchone() or ([{}],)
+        row = conn.execute(FLOOR_VALUE_SQL, after).fetchone()
+        assert row is not None
+        self._floor = row[0]
+        if full:
+            self._floor_full_at = began
+        (sweep_plan,) = conn.execute(SWEEP_SQL, {"floor": self._floor}).fetchone() or ([{}],)
+        return floor_plan, sweep_plan, self._floor
+
     def sample(self, conn: psycopg.Connection[Any]) -> Sample:
         t = round(time.monotonic() - self.started, 1)
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -161,9 +209,9 @@ class Probe:
         indexes = {name: int(size) for name, size in conn.execute(INDEXES_SQL).fetchall()}
         horizon = conn.execute(HORIZON_SQL).fetchone()
         assert horizon is not None
-        (plan,) = conn.execute(SWEEP_SQL).fetchone() or ([{}],)
-        top: dict[str, Any] = plan[0]
-        backlog = conn.execute(OUTBOX_SQL).fetchone()
+        floor_plan, sweep_plan, floor = self._sweep(conn)
+        (full,) = conn.execute(SWEEP_SQL, {"floor": EPOCH}).fetchone() or ([{}],)
+        backlog = conn.execute(OUTBOX_SQL, {"floor": floor}).fetchone()
         assert backlog is not None
         return Sample(
             t=t,
@@ -171,9 +219,9 @@ class Probe:
             indexes=indexes,
             xmin_age=int(horizon[0]),
             oldest_xact_s=round(float(horizon[1]), 1),
-            sweep_ms=round(float(top.get("Execution Time", 0.0)), 3),
-            sweep_buffers=int(top.get("Plan", {}).get("Shared Hit Blocks", 0))
-            + int(top.get("Plan", {}).get("Shared Read Blocks", 0)),
+            sweep_ms=round(_ms(floor_plan) + _ms(sweep_plan), 3),
+            sweep_buffers=_buffers(floor_plan) + _buffers(sweep_plan),
+            full_walk_ms=round(_ms(full), 3),
             outbox_due=int(backlog[0]),
             outbox_lag_s=round(float(backlog[1]), 2),
             rss_kb=self.weigh(),

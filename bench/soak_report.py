@@ -84,6 +84,10 @@ def buckets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "p50_ms": pct(lat, 50),
                 "p99_ms": pct(lat, 99),
                 "sweep_ms": max((s["sweep_ms"] for s in inside), default=float("nan")),
+                "full_walk_ms": max(
+                    (s["full_walk_ms"] for s in inside if "full_walk_ms" in s),
+                    default=float("nan"),
+                ),
                 "outbox_due": max((s["outbox_due"] for s in inside), default=0),
                 "xmin_age": max((s["xmin_age"] for s in inside), default=0),
                 "dead": {
@@ -320,16 +324,18 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     size = report["bucket_seconds"]
     unit = "min" if size == 60 else f"x{size:g}s"
     lines = [
-        f"| {unit} | phase | accepted | completed | p50 ms | p99 ms | sweep ms | outbox due | "
-        "xmin age | dead job / event / outbox | tables+indexes MB | worker MB | web MB |",
-        "|" + "---|" * 13,
+        f"| {unit} | phase | accepted | completed | p50 ms | p99 ms | sweep ms | full walk ms | "
+        "outbox due | xmin age | dead job / event / outbox | tables+indexes MB | worker MB | "
+        "web MB |",
+        "|" + "---|" * 14,
     ]
     for r in report["rows"]:
         dead = " / ".join(f"{r['dead'][t]:,}" for t in HOT)
         lines.append(
             f"| {r['bucket']} | {r['phase']} | {r['accepted']:,} | {r['completed']:,} | "
             f"{_f(r['p50_ms'])} | {_f(r['p99_ms'])} | {_f(r['sweep_ms'], 2)} | "
-            f"{r['outbox_due']:,} | {r['xmin_age']:,} | {dead} | {_f(r['total_mb'])} | "
+            f"{_f(r['full_walk_ms'], 2)} | {r['outbox_due']:,} | {r['xmin_age']:,} | {dead} | "
+            f"{_f(r['total_mb'])} | "
             f"{_f(r['worker_mb'])} | {_f(r['web_mb'])} |"
         )
     return lines
@@ -438,6 +444,11 @@ def section(report: dict[str, Any], command: str, image: Path) -> list[str]:
         f"{_f((report['long_xact']['end_s'] or 0) / 60)} min.",
         "",
         f"![soak](img/{image.name})",
+        "",
+        "Sweep ms: the relay's sweep as it runs it, the scan floor found from the previous "
+        "one and the due rows from there (outbox/floors.py; the slowest sample of the "
+        "minute); full walk ms: the same due query from the start of the index, what every "
+        "sweep walked before the floors and one sweep a minute walks now.",
         "",
         *table_lines(report),
         "",

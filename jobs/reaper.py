@@ -3,6 +3,8 @@
 Protocol of `jobs_reap` (one transaction per batch):
   1. Lock up to `limit` leased rows whose lease ended (database clock), SKIP LOCKED, so two
      reapers split the work and a heartbeat racing us waits for our commit, then misses.
+     The walk starts where this process's last complete run ended (`lease_floor`,
+     outbox.floors): leases that ended before it were reaped then.
   2. For each, decide like a failed attempt (category lease_expired): retry_wait plus an outbox
      row due at the backoff, or quarantine with "lease expired N times". Each write is fenced
      by the generation we read under the lock.
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
+
+from outbox.floors import SweptFloor
 
 from . import lifecycle, registry
 from .counters import EXPIRED_LEASES, counter_increment
@@ -28,10 +32,15 @@ from .exceptions import LeaseLost
 from .leases import Lease
 from .models import Job, JobEvent
 from .retry import Action, Category, RetryPolicy, decide
+from .selectors import db_now
 from .states import JobState
 
 logger = logging.getLogger(__name__)
 _rng = random.SystemRandom()
+
+# Where the next run's walk of the lease index starts (outbox.floors): without it, under a
+# held xmin horizon every run walks every lease that ended since the horizon was held.
+lease_floor = SweptFloor("expired leases")
 
 
 @dataclass
@@ -75,12 +84,13 @@ def _expiries_so_far(job: Job) -> int:
 def jobs_reap(*, limit: int = 500) -> ReapResult:
     """Recover one batch of expired leases (see the module docstring)."""
     result = ReapResult()
+    started, floor = time.monotonic(), lease_floor.bound()
     with transaction.atomic():
-        expired = list(
-            Job.objects.select_for_update(skip_locked=True)
-            .filter(state=JobState.LEASED.value, lease_until__lt=Now())
-            .order_by("lease_until")[:limit]
-        )
+        now = db_now()
+        leases = Job.objects.filter(state=JobState.LEASED.value, lease_until__lt=now)
+        if floor is not None:
+            leases = leases.filter(lease_until__gte=floor)
+        expired = list(leases.select_for_update(skip_locked=True).order_by("lease_until")[:limit])
         for job in expired:
             spec = registry.kind_version(job.kind, job.kind_version)
             policy = spec.policy if spec else RetryPolicy(max_attempts=job.max_attempts)
@@ -115,6 +125,8 @@ def jobs_reap(*, limit: int = 500) -> ReapResult:
             except LeaseLost:
                 continue
             result.expired += 1
+    if len(expired) < limit:  # every unlocked lease that ended before `now` was seen
+        lease_floor.swept(now, walked_from=floor, started=started)
     if result.expired:
         counter_increment(EXPIRED_LEASES, by=result.expired)
         logger.info("reaper recovered %d expired leases", result.expired)

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import IO
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.files.storage import default_storage
+from django.db import connection
 from django.db.models import Model, Q, QuerySet
 
 from .exceptions import Forbidden
 from .models import Job, StoredObject, Tenant
+
+
+def db_now() -> datetime:
+    """The database's clock (its transaction's `now()` inside one): what leases and due
+    times are stamped with."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        row = cursor.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
 
 
 def user_tenant_ids(user: AbstractBaseUser | AnonymousUser) -> list[int]:

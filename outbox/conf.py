@@ -142,6 +142,19 @@ class OutboxSettings(AppSettings):
         1.0, "Seconds between the beat's relay sweeps.", positive=True
     )
     RELAY_BATCH_SIZE: Setting[int] = Setting(500, "Rows one relay batch reserves.", positive=True)
+    SCAN_FLOOR_MARGIN_SECONDS: Setting[float] = Setting(
+        5.0,
+        "How far below the oldest live key a periodic scan (relay sweep, reaper, redelivery "
+        "check) starts: room for rows that commit late or were stamped by a host whose clock "
+        "is behind (outbox.floors).",
+        minimum=0,
+    )
+    SCAN_FLOOR_FULL_SECONDS: Setting[float] = Setting(
+        60.0,
+        "Seconds between a periodic scan's walks from the start of its index: a row that "
+        "committed later than the margin, below the floor, is found within this time.",
+        positive=True,
+    )
     BATCH_MAX: Setting[int] = Setting(
         20,
         "Most rows one broker message carries when a batch rule packs them (1: never pack).",

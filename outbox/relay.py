@@ -30,7 +30,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -43,6 +43,7 @@ from .breaker import breaker
 from .conf import outbox_settings
 from .failpoints import failpoint
 from .fastpath import publish_combined
+from .floors import MinFloor
 from .marks import outbox_mark_published
 from .models import OutboxEntry
 from .tracing import publish_traced
@@ -104,10 +105,26 @@ def reservation_split(limit: int) -> tuple[int, int]:
     return oldest, limit - oldest
 
 
+def _oldest_unpublished(after: datetime | None) -> datetime | None:
+    """The oldest `available_at` of an unpublished row at or after `after` (reserved and
+    future rows included: they may become due), from the due index."""
+    rows = OutboxEntry.objects.filter(published_at__isnull=True)
+    if after is not None:
+        rows = rows.filter(available_at__gte=after)
+    return rows.order_by("available_at").values_list("available_at", flat=True).first()
+
+
+# Where the sweep's walk of the due indexes starts (outbox.floors): under a held xmin
+# horizon, without it, every sweep walks every row published since the horizon was held.
+due_floor = MinFloor("outbox due rows", _oldest_unpublished)
+
+
 def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[OutboxEntry]:
     """The rows of a reservation: first the oldest due rows (`reservation_split`); when they
     fill their share, there may be more due rows than the limit (a backlog), and the rest
-    of the limit goes to the due rows of the highest priority, oldest first."""
+    of the limit goes to the due rows of the highest priority, oldest first. Rows under the
+    due floor are left to a later sweep's full walk (outbox.floors)."""
+    floor = due_floor.bound()
     now = timezone.now()
     free = Q(reserved_until__isnull=True) | Q(reserved_until__lt=now)
     if rescue:
@@ -115,7 +132,7 @@ def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[O
     oldest_limit, by_priority_limit = reservation_split(limit)
     with transaction.atomic():
         due = OutboxEntry.objects.select_for_update(skip_locked=True).filter(
-            free, published_at__isnull=True, available_at__lte=now
+            free, published_at__isnull=True, available_at__lte=now, available_at__gte=floor
         )
         rows = list(due.order_by("available_at", "id").only(*_RESERVED_FIELDS)[:oldest_limit])
         if len(rows) == oldest_limit and by_priority_limit:

@@ -29,11 +29,12 @@ def outbox_entry_new(
     fast_path: bool | None = None,
     priority: int = 0,
 ) -> OutboxEntry:
-    """An unsaved outbox row, due at `available_at` (else now), reserved for this process's
-    fast path as `outbox_reserved_until` says; under a backlog the relay publishes higher
-    `priority` first (outbox.relay)."""
+    """An unsaved outbox row, due at `available_at` (else now; a time already past is now:
+    a row is never due before it exists, so the relay's scan floor is under it, outbox.floors),
+    reserved for this process's fast path as `outbox_reserved_until` says; under a backlog the
+    relay publishes higher `priority` first (outbox.relay)."""
     now = timezone.now()
-    due = available_at or now
+    due = max(available_at, now) if available_at is not None else now
     return OutboxEntry(
         task_name=task_name,
         queue=queue,

@@ -10,7 +10,7 @@ The deadline rule (docs/architecture.md, "Delivery deadline"):
   - a message published at p gets D = clamp(MIN, FACTOR x the largest W sampled since p, MAX),
     doubled for each time the check already republished the job in this due period (capped
     at MAX); history that does not reach back to p counts as infinite (MAX);
-  - an idle system (nothing leased, nothing finished within MIN) has D = MIN for every job:
+  - an idle system (no lease running, nothing finished within MIN) has D = MIN for every job:
     due work that nobody is working on is lost, whatever the history says;
   - no live worker: nothing is republished (nobody would take it).
 A message waiting behind an honest FIFO backlog is claimed within W(p) of its publish, so
@@ -47,7 +47,9 @@ from jobs.conf import jobs_settings
 from jobs.counters import REDELIVERED, counter_increment
 from jobs.dispatch import job_republish
 from jobs.models import DrainSample, Job
+from jobs.selectors import db_now
 from jobs.states import CLAIMABLE, JobState
+from outbox.floors import MinFloor
 from outbox.models import OutboxEntry
 from outbox.services import outbox_publish_together
 
@@ -158,13 +160,6 @@ class RedeliverResult:
         }
 
 
-def _db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: datetime = cursor.fetchone()[0]
-    return now
-
-
 def _locked() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [LOCK_KEY])
@@ -185,16 +180,37 @@ def _completion_rate(now: datetime) -> float:
     return recent.count() / RATE_WINDOW_SECONDS
 
 
-def drain_measure(now: datetime, rule: DeadlineRule) -> Drain:
+def _oldest_due(after: datetime | None) -> datetime | None:
+    """The oldest `next_attempt_at` of a claimable job at or after `after`, from the due
+    index (jobs not due yet included: they become due)."""
+    jobs = Job.objects.filter(state__in=_CLAIMABLE)
+    if after is not None:
+        jobs = jobs.filter(next_attempt_at__gte=after)
+    return jobs.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
+
+
+# Where the check's walks of the due index start (outbox.floors): under a held xmin horizon,
+# without it, every run walks every job claimed since the horizon was held, twice.
+due_floor = MinFloor("due jobs", _oldest_due)
+
+
+def drain_measure(now: datetime, rule: DeadlineRule, *, floor: datetime | None = None) -> Drain:
     """Backlog, rate and busyness from the partial indexes; the backlog is counted only as
-    far as can change the deadline (`rate x MAX / FACTOR` rows), so a big one costs no more."""
+    far as can change the deadline (`rate x MAX / FACTOR` rows), so a big one costs no more,
+    and from `floor` (outbox.floors). Busy: a job finished within MIN, or a lease that has
+    not ended (newest first: under load the first entries of the lease index are live)."""
     rate = _completion_rate(now)
     busy = (
-        Job.objects.filter(state=JobState.LEASED.value).exists()
-        or Job.objects.filter(finished_at__gte=now - timedelta(seconds=rule.minimum)).exists()
+        Job.objects.filter(finished_at__gte=now - timedelta(seconds=rule.minimum)).exists()
+        or Job.objects.filter(state=JobState.LEASED.value, lease_until__gte=now)
+        .order_by("-lease_until")
+        .exists()
     )
     enough = math.ceil(rate * rule.maximum / rule.factor) + 1
-    backlog = Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lte=now)[:enough].count()
+    due = Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lte=now)
+    if floor is not None:
+        due = due.filter(next_attempt_at__gte=floor)
+    backlog = due[:enough].count()
     return Drain(backlog=backlog, rate=rate, busy=busy)
 
 
@@ -226,13 +242,15 @@ def _samples_keep(
 
 
 def due_window(
-    *, due_before: datetime, after: Cursor | None, limit: int
+    *, due_before: datetime, after: Cursor | None, limit: int, floor: datetime | None = None
 ) -> tuple[list[UUID], Cursor | None]:
     """The next `limit` due jobs by (next_attempt_at, id) after `after`, from the due index,
-    and where the next window starts (None once the end is reached: the next run starts over).
-    So each run costs at most `limit` rows however old the backlog, and every due job is
-    looked at within ceil(due / limit) runs."""
+    and where the next window starts (None once the end is reached: the next run starts over,
+    at `floor`). So each run costs at most `limit` rows however old the backlog, and every
+    due job over the floor is looked at within ceil(due / limit) runs."""
     due = Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lt=due_before)
+    if floor is not None:
+        due = due.filter(next_attempt_at__gte=floor)
     if after is not None:
         due = due.filter(
             Q(next_attempt_at__gt=after[0]) | Q(next_attempt_at=after[0], pk__gt=after[1])
@@ -324,8 +342,9 @@ def redeliver_run(*, rule: DeadlineRule | None = None, batch: int | None = None)
     with transaction.atomic():
         if not _locked():
             return RedeliverResult(ran=False)
-        now = _db_now()
-        drain = drain_measure(now, rule)
+        now = db_now()
+        floor = due_floor.bound()
+        drain = drain_measure(now, rule, floor=floor)
         # No deadline is shorter than this one, so older rows are all the check may need.
         shortest = (
             rule.minimum
@@ -333,7 +352,9 @@ def redeliver_run(*, rule: DeadlineRule | None = None, batch: int | None = None)
             else delivery_deadline(wait=drain.wait, republished=0, rule=rule)
         )
         cutoff = now - timedelta(seconds=shortest)
-        window, cursor = due_window(due_before=cutoff, after=_cursor_last(), limit=most * 4)
+        window, cursor = due_window(
+            due_before=cutoff, after=_cursor_last(), limit=most * 4, floor=floor
+        )
         samples = _samples_keep(now, drain, cursor, rule)
         result = RedeliverResult(backlog=drain.backlog, rate=drain.rate, wait=drain.wait)
         if not window or not workers_live().exists():

@@ -30,6 +30,7 @@ from jobs.runtime import ExecutionReport, Outcome
 from jobs.services import job_cancel
 from outbox.models import OutboxEntry
 from tests.harness import Harness, wait_until
+from tests.integration.due import assert_due_at
 from tests.kinds_batch import THIEF, calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -260,7 +261,7 @@ def test_failures_in_a_batch__retry_charged_once_quarantine_recorded__siblings_s
     retry_row = OutboxEntry.objects.filter(job_id=flaky.pk).order_by("-id").first()
     assert retry_row is not None and retry_row.published_at is None
     assert OutboxEntry.objects.filter(job_id=flaky.pk).count() == 2
-    assert retry_row.available_at == retrying.next_attempt_at
+    assert_due_at(retry_row, retrying.next_attempt_at)
 
     stopped = _job(broken)
     assert (stopped.state, stopped.attempt) == ("quarantined", 1)

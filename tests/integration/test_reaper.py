@@ -23,6 +23,7 @@ from jobs.reaper import jobs_reap
 from jobs.retry import backoff_ceiling
 from outbox.models import OutboxEntry
 from tests.harness import ROOT, Harness
+from tests.integration.due import assert_due_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,7 +68,7 @@ def test_expired_lease_becomes_retry_wait__within_budget(user: Any) -> None:
     assert event.details["category"] == "lease_expired"
     assert 0 <= event.details["delay_seconds"] <= backoff_ceiling(1, base=1.0, cap=300.0)
     entry = OutboxEntry.objects.get(job_id=job.pk)
-    assert entry.available_at == job.next_attempt_at
+    assert_due_at(entry, job.next_attempt_at)
     assert entry.kwargs == {
         "job_id": str(job.pk),
         "generation": 1,

@@ -4,7 +4,6 @@ transaction on a second connection (the MVCC trap of issue 28)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -23,25 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TOKEN = "table-health-token"
 BURNED = 25  # transactions started after the long one took its snapshot
 UPDATES = 200  # updates of one job row while the snapshot is held
-
-
-@pytest.fixture
-def held_snapshot() -> Iterator[psycopg.Connection[Any]]:
-    """A second session in a REPEATABLE READ transaction that has taken its snapshot: it
-    holds the xmin horizon until the fixture ends (its rollback), also when the test fails."""
-    params = connection.get_connection_params()
-    conn = psycopg.connect(
-        **{k: v for k, v in params.items() if k in ("dbname", "host", "port", "user")}
-    )
-    conn.execute("SET application_name = 'table-health-test'")
-    conn.commit()
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    conn.execute("SELECT count(*) FROM jobs_job")
-    try:
-        yield conn
-    finally:
-        conn.rollback()
-        conn.close()
 
 
 def _burn_transactions(n: int) -> None:
