@@ -40,7 +40,7 @@ _rng = random.SystemRandom()
 
 # Where the next run's walk of the lease index starts (outbox.floors): without it, under a
 # held xmin horizon every run walks every lease that ended since the horizon was held.
-lease_floor = SweptFloor("expired leases")
+lease_floor = SweptFloor()
 
 
 @dataclass

@@ -34,13 +34,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from .conf import outbox_settings
-
-# The oldest key among the live rows at or above a bound (None: from the start), or None.
-Oldest = Callable[[datetime | None], datetime | None]
 
 
 def _margin() -> timedelta:
@@ -48,8 +47,7 @@ def _margin() -> timedelta:
 
 
 class _Floor:
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._floor: datetime | None = None
         self._full_at = -float("inf")
@@ -74,11 +72,19 @@ class _Floor:
 
 
 class MinFloor(_Floor):
-    """The oldest live key less the margin, found by `oldest` (see the module docstring)."""
+    """The oldest `key` of `rows()` (the index's live rows: its partial condition) less the
+    margin (see the module docstring)."""
 
-    def __init__(self, name: str, oldest: Oldest) -> None:
-        super().__init__(name)
-        self._oldest = oldest
+    def __init__(self, rows: Callable[[], QuerySet[Any]], key: str) -> None:
+        super().__init__()
+        self._rows, self._key = rows, key
+
+    def _oldest(self, after: datetime | None) -> datetime | None:
+        rows = self._rows()
+        if after is not None:
+            rows = rows.filter(**{f"{self._key}__gte": after})
+        oldest: datetime | None = rows.order_by(self._key).values_list(self._key, flat=True).first()
+        return oldest
 
     def bound(self) -> datetime:
         """The key the next scan may start at, found again now."""

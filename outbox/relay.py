@@ -30,7 +30,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -105,18 +105,10 @@ def reservation_split(limit: int) -> tuple[int, int]:
     return oldest, limit - oldest
 
 
-def _oldest_unpublished(after: datetime | None) -> datetime | None:
-    """The oldest `available_at` of an unpublished row at or after `after` (reserved and
-    future rows included: they may become due), from the due index."""
-    rows = OutboxEntry.objects.filter(published_at__isnull=True)
-    if after is not None:
-        rows = rows.filter(available_at__gte=after)
-    return rows.order_by("available_at").values_list("available_at", flat=True).first()
-
-
-# Where the sweep's walk of the due indexes starts (outbox.floors): under a held xmin
-# horizon, without it, every sweep walks every row published since the horizon was held.
-due_floor = MinFloor("outbox due rows", _oldest_unpublished)
+# Where the sweep's walk of the due indexes starts (outbox.floors): the oldest unpublished
+# row (reserved and future ones included: they may become due). Under a held xmin horizon,
+# without it, every sweep walks every row published since the horizon was held.
+due_floor = MinFloor(lambda: OutboxEntry.objects.filter(published_at__isnull=True), "available_at")
 
 
 def _reserve(*, limit: int, token: uuid.UUID, rescue: list[uuid.UUID]) -> list[OutboxEntry]:

@@ -180,18 +180,10 @@ def _completion_rate(now: datetime) -> float:
     return recent.count() / RATE_WINDOW_SECONDS
 
 
-def _oldest_due(after: datetime | None) -> datetime | None:
-    """The oldest `next_attempt_at` of a claimable job at or after `after`, from the due
-    index (jobs not due yet included: they become due)."""
-    jobs = Job.objects.filter(state__in=_CLAIMABLE)
-    if after is not None:
-        jobs = jobs.filter(next_attempt_at__gte=after)
-    return jobs.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
-
-
-# Where the check's walks of the due index start (outbox.floors): under a held xmin horizon,
-# without it, every run walks every job claimed since the horizon was held, twice.
-due_floor = MinFloor("due jobs", _oldest_due)
+# Where the check's walks of the due index start (outbox.floors): the oldest claimable job
+# (those not due yet included: they become due). Under a held xmin horizon, without it, every
+# run walks every job claimed since the horizon was held, twice.
+due_floor = MinFloor(lambda: Job.objects.filter(state__in=_CLAIMABLE), "next_attempt_at")
 
 
 def drain_measure(now: datetime, rule: DeadlineRule, *, floor: datetime | None = None) -> Drain:
