@@ -221,8 +221,17 @@ class Job(models.Model):
                 name="jobs_job_serial_active_idx",
             ),
             models.Index(fields=["state", "kind"], name="jobs_job_state_kind_idx"),
-            models.Index(fields=["tenant", "-created_at"], name="jobs_job_tenant_created_idx"),
-            models.Index(fields=["owner", "-created_at"], name="jobs_job_owner_created_idx"),
+            # A job's listings, newest first by a backward scan. Ascending on purpose: a new
+            # job's created_at is the largest of its owner's, and the B-tree fills a page before
+            # it splits there; a descending key put every new entry at the front of the owner's
+            # range, each split left a half-full page behind (1.55x bytes a row in the soak).
+            # Untenanted jobs, most of them, have no tenant entry at all.
+            models.Index(
+                fields=["tenant", "created_at"],
+                condition=Q(tenant__isnull=False),
+                name="jobs_job_tenant_at_idx",
+            ),
+            models.Index(fields=["owner", "created_at"], name="jobs_job_owner_at_idx"),
             models.Index(
                 fields=["finished_at"],
                 condition=Q(finished_at__isnull=False),
