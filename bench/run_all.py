@@ -7,8 +7,9 @@ Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the do
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
 others print only (results in var/bench/last-partial.json) unless --write-docs; with
-`--only slowlink --write-docs` (`make bench-slow-link`), `--only priority` or `--only storage`
-with `--write-docs` only that section and its target rows of the doc are replaced. It uses
+`--only slowlink --write-docs` (`make bench-slow-link`), `--only priority`, `--only scale` or
+`--only storage` with `--write-docs` only that section and its target rows of the doc are
+replaced. It uses
 its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
 started for the run.
 """
@@ -46,6 +47,7 @@ SCENARIOS = [
     "storage",
 ]
 SPLICED = {
+    "scale",
     "slowlink",
     "priority",
     "storage",
