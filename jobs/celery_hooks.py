@@ -2,6 +2,7 @@
 
 Nothing here touches the project's other tasks: the connection tweaks apply to `jobs.execute`
 and `jobs.execute_many` only, and the start-up refusal to workers that consume a jobs queue.
+Every worker of the project drops its event-loop timer's cancelled entries (jobs.worker_timers).
 """
 
 from __future__ import annotations
@@ -75,9 +76,11 @@ def refuse_unsafe_worker(sender: Any = None, **kwargs: Any) -> None:
 def worker_seen_start(sender: Any = None, **kwargs: Any) -> None:
     from .gate import gate
     from .ops.workers import on_worker_ready
+    from .worker_timers import timer_keep_compact
 
     gate().consumer = sender  # worker_ready's sender is the consumer
     on_worker_ready(sender)
+    timer_keep_compact(sender)
 
 
 def worker_seen_stop(sender: Any = None, **kwargs: Any) -> None:
