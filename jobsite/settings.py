@@ -213,6 +213,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Reconnection attempts before Celery restarts its consumer (which then tries again from the
+# start: a worker waits out any outage); durable-jobs caps the wait between two at 2 s
+# (outbox/reconnect.py).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = int(
+    os.environ.get("CELERY_BROKER_CONNECTION_MAX_RETRIES", "100")
+)
 # A worker that loses its broker connection lets its running jobs finish (their leases and
 # fenced commits hold; the broker redelivers the unacked message, and the claim acks that
 # duplicate): Celery 6 plans to make True the default, which would kill them mid-work.

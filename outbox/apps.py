@@ -27,10 +27,15 @@ class OutboxConfig(AppConfig):
 
 
 def _worker_transport(sender: Any = None, **kwargs: Any) -> None:
-    """A worker over plain redis:// survives a Redis restart (outbox/kombu_redis.py)."""
+    """A worker over plain redis:// survives a Redis restart (outbox/kombu_redis.py), and
+    every worker reconnects within seconds of its broker's return (outbox/reconnect.py)."""
+    from .reconnect import worker_reconnects_promptly
     from .transport import worker_transport
 
-    if sender is not None and worker_transport(sender.app):
+    if sender is None:
+        return
+    worker_reconnects_promptly(sender.app)
+    if worker_transport(sender.app):
         logger.info("durable-jobs: this worker uses outbox.kombu_redis.Transport over Redis")
 
 
