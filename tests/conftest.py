@@ -69,6 +69,24 @@ def point_celery(url: str) -> None:
     app.amqp._producer_pool = None  # type: ignore[attr-defined]  # kombu private
 
 
+def broker_back__worker_runs_a_job(redis: PrivateRedis, worker: Any, owner: Any) -> None:
+    """Start `redis` again, point this process's Celery at it, and wait until `worker` (still
+    alive after) has run a job submitted after the broker's return."""
+    import jobs
+    from jobs.models import Job
+    from tests.harness import wait_until
+
+    redis.start()
+    point_celery(redis.url)
+    after = jobs.submit(kind="noop", input={"after": "broker back"}, owner=owner)
+    wait_until(
+        lambda: Job.objects.get(pk=after.pk).state == "succeeded",
+        timeout=60,
+        what="a job submitted after the broker's return to run on the same worker",
+    )
+    assert worker.alive(), worker.log()[-3000:]
+
+
 @pytest.fixture
 def broker(session_redis: PrivateRedis) -> Iterator[Any]:
     """A client of the private Redis the in-process Celery app publishes to, emptied first."""

@@ -12,7 +12,7 @@ from kombu import Connection, Consumer, Exchange, Message, Queue
 import jobs
 from jobs.models import Job
 from outbox.kombu_redis import TRANSPORT_PATH
-from tests.conftest import point_celery
+from tests.conftest import broker_back__worker_runs_a_job
 from tests.harness import PrivateRedis, harness_for, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,13 +82,5 @@ def test_a_worker_over_plain_redis__uses_the_transport_and_outlives_a_redis_rest
         wait_until(
             lambda: "Connection to broker lost" in worker.log(), timeout=30, what="the loss seen"
         )
-        lossy_redis.start()
-        point_celery(lossy_redis.url)
-        after = jobs.submit(kind="noop", input={"after": "restart"}, owner=user)
-        wait_until(
-            lambda: Job.objects.get(pk=after.pk).state == "succeeded",
-            timeout=60,
-            what="a job submitted after the restart to run on the same worker",
-        )
-        assert worker.alive(), worker.log()[-3000:]
+        broker_back__worker_runs_a_job(lossy_redis, worker, user)
         assert "Unrecoverable error" not in worker.log()

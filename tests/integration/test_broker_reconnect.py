@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-import jobs
-from jobs.models import Job
 from outbox.reconnect import RECONNECT_MAX_SECONDS
-from tests.conftest import point_celery
+from tests.conftest import broker_back__worker_runs_a_job
 from tests.harness import PrivateRedis, harness_for, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,13 +38,4 @@ def test_a_worker_tries_again_every_few_seconds_as_long_as_kombus_waits_would_ha
         assert max(waits) <= RECONNECT_MAX_SECONDS, waits
         assert "(4/10)" in worker.log(), worker.log()[-3000:]  # attempts for the same 20 s
         assert worker.alive(), worker.log()[-3000:]
-
-        lossy_redis.start()
-        point_celery(lossy_redis.url)
-        after = jobs.submit(kind="noop", input={"after": "outage"}, owner=user)
-        wait_until(
-            lambda: Job.objects.get(pk=after.pk).state == "succeeded",
-            timeout=60,
-            what="a job submitted after the broker's return to run on the same worker",
-        )
-        assert worker.alive(), worker.log()[-3000:]
+        broker_back__worker_runs_a_job(lossy_redis, worker, user)
