@@ -41,7 +41,13 @@ def timer_keep_compact(consumer: Any) -> None:
     """worker_ready: compact the worker's hub timer from now on (a worker without an event
     loop, e.g. the solo or threads pool, has none and puts nothing on it)."""
     hub: Any = getattr(consumer, "hub", None)
+    if hub is None:
+        return
     timer = getattr(hub, "timer", None)
-    if hub is None or not isinstance(getattr(timer, "_queue", None), list):
+    if not isinstance(getattr(timer, "_queue", None), list):  # a kombu we do not know
+        logger.warning(
+            "durable-jobs: this kombu's hub timer has no heap we know; cancelled time limits "
+            "stay until due (the worker's main process grows with its message rate)"
+        )
         return
     hub.call_repeatedly(COMPACT_INTERVAL, timer_compact, timer)

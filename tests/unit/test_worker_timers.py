@@ -66,3 +66,11 @@ def test_a_worker_hub_compacts_its_timer_again_and_again(monkeypatch: pytest.Mon
 
 def test_a_worker_without_an_event_loop_is_left_as_it_is() -> None:
     timer_keep_compact(SimpleNamespace(hub=None))  # solo and threads pools: nothing to do
+
+
+def test_a_timer_without_the_heap_we_know_is_named_in_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="jobs.worker_timers"):
+        timer_keep_compact(SimpleNamespace(hub=SimpleNamespace(timer=object())))
+    assert "cancelled time limits stay until due" in caplog.text
