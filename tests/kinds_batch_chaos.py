@@ -40,7 +40,8 @@ def _append(name: str, line: str) -> None:
 
 
 def _started(ctx: JobContext) -> None:
-    _append(STARTS, f"{ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.3f}")
+    # job, attempt, pid, time, parent pid (the worker whose pool ran it)
+    _append(STARTS, f"{ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.3f} {os.getppid()}")
 
 
 def _sleep(ctx: JobContext, seconds: float) -> None:

@@ -408,7 +408,6 @@ def test_poison_job_in_batch_spends_only_its_own_attempts(harness: Harness, user
     poison = batch[2]
     siblings = [job for job in batch if job.pk != poison.pk]
     worker = harness.start_worker("w1", **worker_env(harness))
-    first_children = worker.children()
     start_relay(harness)
 
     reap_until_finished(batch, timeout=150)
@@ -434,18 +433,22 @@ def test_poison_job_in_batch_spends_only_its_own_attempts(harness: Harness, user
     assert JobEvent.objects.filter(job=poison, to_state="leased").count() == 4
 
     # One worker did it all: its pool replaced the child after every crash and kept going.
-    poison_pids = [
-        pid for job_id, _, pid, _ in side_channel(harness, STARTS) if job_id == str(poison.pk)
+    # Each start names its parent itself: the batch waits in the broker before the worker
+    # starts, so its first child can be dead before this test could list the pool.
+    started = side_channel(harness, STARTS)
+    poison_starts = [
+        (int(pid), int(parent)) for job_id, _, pid, _, parent in started if job_id == str(poison.pk)
     ]
+    poison_pids = [pid for pid, _ in poison_starts]
     assert len(set(poison_pids)) == len(poison_pids) == 4
-    assert int(poison_pids[0]) in first_children
+    assert {parent for _, parent in poison_starts} == {worker.pid}
     assert worker.alive()
     later = [
         int(pid)
-        for job_id, attempt, pid, _ in side_channel(harness, STARTS)
+        for job_id, attempt, pid, _, _ in started
         if job_id != str(poison.pk) and attempt == "1"
     ]
-    assert set(later) - set(first_children), "siblings ran in a replaced pool child"
+    assert set(later) - {poison_pids[0]}, "siblings ran in a replaced pool child"
     owners = {j.lease_owner for j in rows(batch)} | set(
         JobEvent.objects.filter(job_id__in=[j.pk for j in batch], to_state="leased").values_list(
             "worker", flat=True
