@@ -97,7 +97,7 @@ def settled_commits(name: str, *, timeout: float = 20.0) -> int:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]
             ).fetchone()
-        return bool(row) and int(row[0]) == 0
+        return row is not None and int(row[0]) == 0
 
     wait_until(no_backends, timeout=timeout, interval=0.1, what=f"backends of {name} to exit")
     seen = [xact_commits(name)]
