@@ -11,6 +11,7 @@ import os
 from celery import Celery
 from celery.signals import worker_process_init
 
+from jobsite.envsettings import env_number
 from jobsite.tracing import configure_tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
@@ -21,7 +22,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # old-style key is set; reconnecting per job cost ~17% of a worker's time. Connections are
 # kept, and Django's own checks (CONN_MAX_AGE, health checks, broken connections) run around
 # each job instead (jobs.celery_hooks), so a database restart still leads to a fresh one.
-app.conf["CELERY_DB_REUSE_MAX"] = int(os.environ.get("JOBS_DB_REUSE_MAX", "100000"))
+app.conf["CELERY_DB_REUSE_MAX"] = env_number(os.environ, "JOBS_DB_REUSE_MAX", 100000)
 app.autodiscover_tasks()
 
 

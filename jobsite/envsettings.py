@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from jobs.conf import JobsSettings
 from outbox.conf import OutboxSettings, Setting
 
@@ -34,3 +36,20 @@ def library_settings_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             if raw is not None:
                 found[cls.prefix + name] = parse(spec, raw)
     return found
+
+
+def env_number[N: (int, float)](environ: Mapping[str, str], name: str, default: N) -> N:
+    """The environment's `name` as the type of `default` (its value when unset); a value of
+    another shape stops the start-up with the variable's name, not Python's bare
+    ValueError."""
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    kind = type(default)
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not {what} (unset, it is {default})"
+        ) from None

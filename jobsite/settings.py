@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import jobsite.checks  # noqa: F401  (registers the project's deploy checks)
 from jobsite import deploy
-from jobsite.envsettings import library_settings_from_env
+from jobsite.envsettings import env_number, library_settings_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ TEMPLATES = [
 # DATABASE_POOL_SIZE > 0: connections from a psycopg pool of that size per process instead
 # of persistent ones (which leak under ASGI: each request runs its sync code in a thread of
 # its own). jobsite.asgi sets it for the web server.
-DATABASE_POOL_SIZE = int(os.environ.get("DATABASE_POOL_SIZE", "0"))
+DATABASE_POOL_SIZE = env_number(os.environ, "DATABASE_POOL_SIZE", 0)
 
 
 def database_from_url(url: str, **options: Any) -> dj_database_url.DBConfig:
@@ -117,7 +117,7 @@ DATABASES = {
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/durable_jobs"),
         conn_max_age=0
         if DATABASE_POOL_SIZE
-        else int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        else env_number(os.environ, "DATABASE_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
 }
@@ -129,13 +129,13 @@ DATABASES = {
 # counts only unacknowledged bytes and unanswered keepalives: a long query on a live link is
 # not cut. A DATABASE_URL query (?connect_timeout=2) wins over these.
 DATABASE_TIMEOUTS = {
-    "connect_timeout": int(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5")),
+    "connect_timeout": env_number(os.environ, "DATABASE_CONNECT_TIMEOUT", 5),
     "keepalives": 1,
-    "keepalives_idle": int(os.environ.get("DATABASE_KEEPALIVES_IDLE", "5")),
-    "keepalives_interval": int(os.environ.get("DATABASE_KEEPALIVES_INTERVAL", "2")),
-    "keepalives_count": int(os.environ.get("DATABASE_KEEPALIVES_COUNT", "3")),
+    "keepalives_idle": env_number(os.environ, "DATABASE_KEEPALIVES_IDLE", 5),
+    "keepalives_interval": env_number(os.environ, "DATABASE_KEEPALIVES_INTERVAL", 2),
+    "keepalives_count": env_number(os.environ, "DATABASE_KEEPALIVES_COUNT", 3),
     # libpq takes milliseconds; the environment says seconds like the others.
-    "tcp_user_timeout": int(float(os.environ.get("DATABASE_TCP_USER_TIMEOUT", "10")) * 1000),
+    "tcp_user_timeout": int(env_number(os.environ, "DATABASE_TCP_USER_TIMEOUT", 10.0) * 1000),
 }
 for _option, _value in DATABASE_TIMEOUTS.items():
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_option, _value)
@@ -144,7 +144,7 @@ if DATABASE_POOL_SIZE:
         "min_size": 1,
         "max_size": DATABASE_POOL_SIZE,
         # A request that finds the pool busy for this long fails instead of hanging.
-        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
+        "timeout": env_number(os.environ, "DATABASE_POOL_TIMEOUT", 10.0),
     }
 # Parallel test runs (helpers, CI) each name their own test database.
 DATABASES["default"]["TEST"] = {
@@ -187,8 +187,8 @@ SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", PRODUCTION)
 # A year, subdomains included, preload-ready: lower them (DJANGO_SECURE_HSTS_*) before the
 # first production deploy if the domain is shared or not yet HTTPS everywhere.
-SECURE_HSTS_SECONDS = int(
-    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0")
+SECURE_HSTS_SECONDS = env_number(
+    os.environ, "DJANGO_SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0
 )
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", PRODUCTION)
@@ -216,8 +216,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Reconnection attempts before Celery restarts its consumer (which then tries again from the
 # start: a worker waits out any outage); durable-jobs caps the wait between two at 2 s
 # (outbox/reconnect.py).
-CELERY_BROKER_CONNECTION_MAX_RETRIES = int(
-    os.environ.get("CELERY_BROKER_CONNECTION_MAX_RETRIES", "100")
+CELERY_BROKER_CONNECTION_MAX_RETRIES = env_number(
+    os.environ, "CELERY_BROKER_CONNECTION_MAX_RETRIES", 100
 )
 # A worker that loses its broker connection lets its running jobs finish (their leases and
 # fenced commits hold; the broker redelivers the unacked message, and the claim acks that
@@ -225,7 +225,7 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = int(
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # Redis redelivers unacked messages after this; JOBS_TASK_TIME_LIMIT must stay well below.
-    "visibility_timeout": int(os.environ.get("JOBS_VISIBILITY_TIMEOUT", "3600")),
+    "visibility_timeout": env_number(os.environ, "JOBS_VISIBILITY_TIMEOUT", 3600),
     # Bounded calls on a broker that vanishes without closing TCP (Redis; kombu's transport
     # options, read by the workers, beat and the outbox's kept producer alike). A command
     # (publish, ack) waits at most socket_timeout; it must exceed kombu's 1 s BRPOP timeout.
@@ -233,9 +233,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # drops it when its reply is overdue by brpop_timeout + health_check_interval (checked
     # every health_check_interval, so within 1 + 2 x 5 s), and TCP keepalives with a user
     # timeout (the database's numbers) end a dead connection in the kernel too.
-    "socket_timeout": float(os.environ.get("CELERY_BROKER_SOCKET_TIMEOUT", "5")),
-    "socket_connect_timeout": float(os.environ.get("CELERY_BROKER_CONNECT_TIMEOUT", "5")),
-    "health_check_interval": int(os.environ.get("CELERY_BROKER_HEALTH_CHECK_INTERVAL", "5")),
+    "socket_timeout": env_number(os.environ, "CELERY_BROKER_SOCKET_TIMEOUT", 5.0),
+    "socket_connect_timeout": env_number(os.environ, "CELERY_BROKER_CONNECT_TIMEOUT", 5.0),
+    "health_check_interval": env_number(os.environ, "CELERY_BROKER_HEALTH_CHECK_INTERVAL", 5),
     "socket_keepalive": True,
     "socket_keepalive_options": {
         option: DATABASE_TIMEOUTS[key]
@@ -250,7 +250,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
 }
 # RabbitMQ: AMQP heartbeats every CELERY_BROKER_HEARTBEAT s (Celery's default is 120 s, so a
 # vanished server went unnoticed for minutes). Redis ignores it.
-CELERY_BROKER_HEARTBEAT = int(os.environ.get("CELERY_BROKER_HEARTBEAT", "10"))
+CELERY_BROKER_HEARTBEAT = env_number(os.environ, "CELERY_BROKER_HEARTBEAT", 10)
 
 # --- durable-jobs: every JOBS_* / OUTBOX_* setting has a default (docs/operations.md) -------
 # This example project lets the environment set any of them (JOBS_TASK_TIME_LIMIT=60, ...).
@@ -260,7 +260,7 @@ globals().update(library_settings_from_env(os.environ))
 NOTIFY_PROVIDER_URL = os.environ.get(
     "NOTIFY_PROVIDER_URL", f"http://127.0.0.1:{os.environ.get('PROVIDER_PORT', '8765')}/notify"
 )
-NOTIFY_PROVIDER_TIMEOUT = float(os.environ.get("NOTIFY_PROVIDER_TIMEOUT", "5"))
+NOTIFY_PROVIDER_TIMEOUT = env_number(os.environ, "NOTIFY_PROVIDER_TIMEOUT", 5.0)
 
 # --- Django's Tasks framework on durable jobs (docs/django-tasks.md) ----------------------
 TASKS: dict[str, dict[str, Any]] = {"default": {"BACKEND": "jobs.tasks_backend.DurableJobsBackend"}}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from jobs.conf import JobsSettings, jobs_settings
-from jobsite.envsettings import library_settings_from_env
+from jobsite.envsettings import env_number, library_settings_from_env
 from outbox.conf import OutboxSettings, Setting, outbox_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,3 +169,37 @@ def test_kind_named_outside_the_http_pattern__is_a_system_check_warning() -> Non
     assert [w.id for w in warnings] == ["jobs.W001"]
     assert "'reports build' cannot be submitted over HTTP" in warnings[0].msg
     assert not any("reports build" in w.msg for w in jobs_kind_names())
+
+
+@pytest.mark.parametrize(
+    ("environ", "default", "expected"),
+    [({}, 5, 5), ({"X": " 7 "}, 5, 7), ({"X": "0.5"}, 2.0, 0.5), ({"X": "3"}, 2.0, 3.0)],
+)
+def test_env_number__reads_the_type_of_its_default(
+    environ: dict[str, str], default: float, expected: float
+) -> None:
+    value = env_number(environ, "X", default)
+    assert value == expected and type(value) is type(default)
+
+
+@pytest.mark.parametrize(("raw", "default"), [("abc", 5), ("1.5", 5), ("", 5), ("ten", 2.0)])
+def test_env_number__names_the_variable_of_a_bad_value(raw: str, default: float) -> None:
+    with pytest.raises(ImproperlyConfigured, match=rf"^X='{raw}' is not (an integer|a number)"):
+        env_number({"X": raw}, "X", default)
+
+
+def test_a_bad_number_in_the_environment__stops_settings_with_its_name() -> None:
+    """The example project's own numeric settings, read at import: the message names the
+    variable, where int() said only "invalid literal for int() with base 10"."""
+    env = {**os.environ, "DATABASE_CONNECT_TIMEOUT": "abc"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import jobsite.settings"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "DATABASE_CONNECT_TIMEOUT='abc' is not an integer (unset, it is 5)" in done.stderr
+    assert "invalid literal" not in done.stderr
