@@ -28,7 +28,7 @@ FROM pg_stat_user_tables
 WHERE relname LIKE 'jobs\\_%' OR relname LIKE 'outbox\\_%'
 """
 INDEXES_SQL = """
-SELECT indexrelname, pg_relation_size(indexrelid)
+SELECT indexrelname, relname, pg_relation_size(indexrelid)
 FROM pg_stat_user_indexes
 WHERE relname LIKE 'jobs\\_%' OR relname LIKE 'outbox\\_%'
 """
@@ -131,6 +131,7 @@ class Sample:
     t: float
     tables: dict[str, dict[str, int]]
     indexes: dict[str, int]
+    index_tables: dict[str, str]  # index -> its table
     xmin_age: int
     oldest_xact_s: float
     sweep_ms: float  # the floor and the due rows from it, as the relay's sweep runs them
@@ -206,7 +207,9 @@ class Probe:
             name: {"live": int(live), "dead": int(dead), "bytes": int(size), "autovacuums": int(n)}
             for name, live, dead, size, n in conn.execute(TABLES_SQL).fetchall()
         }
-        indexes = {name: int(size) for name, size in conn.execute(INDEXES_SQL).fetchall()}
+        rows = conn.execute(INDEXES_SQL).fetchall()
+        indexes = {name: int(size) for name, _, size in rows}
+        index_tables = {name: str(table) for name, table, _ in rows}
         horizon = conn.execute(HORIZON_SQL).fetchone()
         assert horizon is not None
         floor_plan, sweep_plan, floor = self._sweep(conn)
@@ -217,6 +220,7 @@ class Probe:
             t=t,
             tables=tables,
             indexes=indexes,
+            index_tables=index_tables,
             xmin_age=int(horizon[0]),
             oldest_xact_s=round(float(horizon[1]), 1),
             sweep_ms=round(_ms(floor_plan) + _ms(sweep_plan), 3),

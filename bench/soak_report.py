@@ -105,21 +105,40 @@ def buckets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _dead_target(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _dead_limit(result: dict[str, Any], table: str) -> tuple[int, int]:
+    """(the first minute's dead tuples of `table`, the level they must come back under)."""
     size = float(result["args"]["bucket_seconds"])
-    samples, closed = result["samples"], result["long_xact"]["end_s"]
+    first = [s["tables"].get(table, {}).get("dead", 0) for s in result["samples"] if s["t"] < size]
+    base = max([*first, 0])
+    return base, 2 * max(base, DEAD_FLOOR)
+
+
+def _back_in(result: dict[str, Any], table: str) -> float | None:
+    """Seconds from the long transaction's end until `table`'s dead tuples were back under
+    their limit (None: not within RECOVERY_S)."""
+    closed = result["long_xact"]["end_s"]
+    if closed is None:
+        return None
+    _, limit = _dead_limit(result, table)
+    return next(
+        (
+            s["t"] - closed
+            for s in result["samples"]
+            if closed <= s["t"] <= closed + RECOVERY_S
+            and s["tables"].get(table, {}).get("dead", 0) <= limit
+        ),
+        None,
+    )
+
+
+def _dead_target(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for table in HOT:
-        first = [s["tables"].get(table, {}).get("dead", 0) for s in samples if s["t"] < size]
-        base = max([*first, 0])
-        limit = 2 * max(base, DEAD_FLOOR)
-        after = [
-            (s["t"], s["tables"].get(table, {}).get("dead", 0))
-            for s in samples
-            if closed is not None and closed <= s["t"] <= closed + RECOVERY_S
-        ]
-        back = next((t - closed for t, dead in after if dead <= limit), None)
-        peak = max((s["tables"].get(table, {}).get("dead", 0) for s in samples), default=0)
+        base, _ = _dead_limit(result, table)
+        back = _back_in(result, table)
+        peak = max(
+            (s["tables"].get(table, {}).get("dead", 0) for s in result["samples"]), default=0
+        )
         out.append(
             {
                 "name": f"{table}: dead tuples back under 2x the first minute's "
@@ -135,13 +154,16 @@ def _dead_target(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _windows(result: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
     """Before and after the MVCC trap, in seconds of the load: from the end of the first
-    bucket to the long transaction's start, and from its end to the end of the MVCC phase
-    (the two halves of that phase when no transaction was held)."""
+    bucket to the long transaction's start, and from the moment vacuum had cleaned up after
+    it (every hot table's dead tuples back under their limit; its end if they never were) to
+    the end of the MVCC phase. Without a long transaction: the two halves of that phase."""
     size, span = float(result["args"]["bucket_seconds"]), float(result["args"]["minutes"]) * 60
     begin, end = result["long_xact"]["begin_s"], result["long_xact"]["end_s"]
     if begin is None or end is None:
-        begin = end = span / 2
-    return (size, float(begin)), (float(end), span)
+        return (size, span / 2), (span / 2, span)
+    backs = [_back_in(result, table) for table in HOT]
+    clean = float(end) + max((b for b in backs if b is not None), default=0.0)
+    return (size, float(begin)), (min(clean, span), span)
 
 
 def _added(
@@ -158,8 +180,9 @@ def growth(result: dict[str, Any]) -> list[dict[str, Any]]:
     phase, bytes per live row of its table at the first bucket's end and at the end, and
     bytes per row added before the MVCC trap and after it.
 
-    The check is the last pair: a relation that grows faster than its rows once the trap is
-    over keeps growing without bound. The average per row is not judged: it mixes history
+    The check is the last pair, "after" counted from the moment vacuum had cleaned up after
+    the trap (`_windows`): a relation that then grows faster than its rows did before keeps
+    growing without bound; what the trap itself left behind is a level, not a slope. The average per row is not judged: it mixes history
     of another make-up. A B-tree keeps equal keys in one posting list, so an index over
     finished_at, which a group commit gives one value for all its jobs, takes 8 B a row when
     20 jobs commit together and 23 B when each commits alone (docs/benchmarks.md)."""
@@ -196,12 +219,14 @@ def growth(result: dict[str, Any]) -> list[dict[str, Any]]:
         grown_after = _added(samples, after, bytes_of)
         marginal_before, marginal_after = per_added_row(before), per_added_row(after)
         ratio = marginal_after / marginal_before if marginal_before > 0 else float("nan")
-        if bytes_of(last) < MIN_SIZE_FOR_BLOAT:
+        if bytes_of(last) < MIN_SIZE_FOR_BLOAT or not table:
             ok = None
-        elif math.isnan(marginal_after):  # its rows stood still: so must its size
+        elif math.isnan(ratio):
+            # Its rows stood still, or it did not grow with them before the trap: then it
+            # may not grow after it either (by more than the pages a size check rounds to).
             ok = not grown_after > MIN_SIZE_FOR_BLOAT
         else:
-            ok = None if math.isnan(ratio) else ratio <= BLOAT_RATIO
+            ok = ratio <= BLOAT_RATIO
         out.append(
             {
                 "name": name,
@@ -222,7 +247,11 @@ def growth(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _index_tables(sample: dict[str, Any]) -> dict[str, str]:
-    """Index name -> its table, by the longest table name it starts with (Django's names)."""
+    """Index name -> its table: as the probe read it from the catalog, or (results from
+    before it did) the longest table name the index's name starts with (Django's names;
+    an index named otherwise has no table then, and is not judged)."""
+    if sample.get("index_tables"):
+        return dict(sample["index_tables"])
     tables = sorted(sample["tables"], key=len, reverse=True)
     return {
         index: next((t for t in tables if index.startswith(t)), "") for index in sample["indexes"]
@@ -292,11 +321,12 @@ def analyze(result: dict[str, Any]) -> dict[str, Any]:
     still = [g["name"] for g in bloated if math.isnan(g["added_ratio"])]
     checks.append(
         {
-            "name": "no table or index grows faster than its rows (bytes per row added after "
-            f"the long transaction <= {BLOAT_RATIO}x before it, relations >= 1 MB; one whose "
-            "rows stood still grows <= 1 MB; slopes below)",
+            "name": "no table or index grows faster than its rows (bytes per row added once "
+            f"vacuum cleaned up after the long transaction <= {BLOAT_RATIO}x before it, "
+            "relations >= 1 MB; one that did not grow with its rows before grows <= 1 MB; "
+            "slopes below)",
             "value": (f"worst {worst['name']} {worst['added_ratio']:.2f}x" if worst else "-")
-            + (f"; grew with its rows still: {', '.join(still)}" if still else ""),
+            + (f"; grew without its rows: {', '.join(still)}" if still else ""),
             "ok": not bloated,
         }
     )
@@ -509,7 +539,8 @@ def section(report: dict[str, Any], command: str, image: Path) -> list[str]:
         "",
         "Every jobs_*/outbox_* relation over 64 kB: its slope over the last half of the "
         "MVCC phase; bytes per live row of its table at the first minute's end and at the "
-        "end; bytes per row its table gained before the long transaction and after it:",
+        "end; bytes per row its table gained before the long transaction and once vacuum "
+        "had cleaned up after it:",
         "",
         *growth_lines(report),
         "",
