@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.splice import Section
+from bench.splice import Section, recorded_alone
 from bench.splice import splice as splice_section
 
 TARGET_MIXED_VS_UNIFORM = 0.9
@@ -49,13 +49,8 @@ def table(prio: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]
         SECTION.begin,
         "### 10. Priorities: a mixed backlog already in the broker (`bench/priority.py`)",
         "",
+        *recorded_alone(meta),
     ]
-    if meta is not None:
-        lines += [
-            f"Recorded alone by `{meta['command'].strip()}` on {meta['date']}, "
-            f"{meta['elapsed_s']:.0f} s.",
-            "",
-        ]
     levels = ", ".join(map(str, prio["priorities"]))
     lines += [
         f"{prio['jobs']:,} noop jobs submitted by `submit_many` with the worker down (so the "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.splice import Section
+from bench.splice import Section, recorded_alone
 from bench.splice import splice as splice_section
 
 TARGET_SCALE = 0.9
@@ -41,13 +41,8 @@ def table(scale: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str
         SECTION.begin,
         f"### 6. Table size: 10k vs {big.upper()} finished jobs already in `jobs_job`",
         "",
+        *recorded_alone(meta, " (the table filled once, kept between runs)"),
     ]
-    if meta is not None:
-        lines += [
-            f"Recorded alone by `{meta['command'].strip()}` on {meta['date']}, "
-            f"{meta['elapsed_s']:.0f} s (the table filled once, kept between runs).",
-            "",
-        ]
     lines += [
         f"Durable e2e, {scale['concurrency']} worker processes per database, "
         f"{scale.get('submitters', 1)} submitting threads, "

@@ -21,6 +21,17 @@ class Section:
     target_prefix: str  # the names of its rows in the targets table start with this
 
 
+def recorded_alone(meta: dict[str, Any] | None, note: str = "") -> list[str]:
+    """The lines that say which run recorded a section alone: none for a full run's."""
+    if meta is None:
+        return []
+    return [
+        f"Recorded alone by `{meta['command'].strip()}` on {meta['date']}, "
+        f"{meta['elapsed_s']:.0f} s{note}.",
+        "",
+    ]
+
+
 def carry(old: str, new: str, where: Section) -> str:
     """`new` with `old`'s section kept: a section another command records (the soak's) that
     a rewrite of the whole doc would drop."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.splice import Section
+from bench.splice import Section, recorded_alone
 from bench.splice import splice as splice_section
 
 SECTION = Section(
@@ -23,9 +23,12 @@ def targets(storage: dict[str, Any]) -> list[dict[str, Any]]:
 def table(storage: dict[str, Any], meta: dict[str, Any] | None = None) -> list[str]:
     """The section; with `meta` (a run of this scenario alone) it says which run it was."""
     n, per_job = storage["jobs"], storage["bytes_per_job"]
-    lines = [SECTION.begin, "### 11. Storage: bytes per job, and after retention", ""]
-    if meta is not None:
-        lines += [f"Recorded alone by `{meta['command'].strip()}` on {meta['date']}.", ""]
+    lines = [
+        SECTION.begin,
+        "### 11. Storage: bytes per job, and after retention",
+        "",
+        *recorded_alone(meta),
+    ]
     lines += [
         f"{n:,} noop jobs submitted by `submit_many` and run by a real worker (the batch path), "
         "then `VACUUM`; bytes are the growth of each table (heap and TOAST) and its indexes, "
