@@ -182,10 +182,12 @@ def growth(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     The check is the last pair, "after" counted from the moment vacuum had cleaned up after
     the trap (`_windows`): a relation that then grows faster than its rows did before keeps
-    growing without bound; what the trap itself left behind is a level, not a slope. The average per row is not judged: it mixes history
-    of another make-up. A B-tree keeps equal keys in one posting list, so an index over
-    finished_at, which a group commit gives one value for all its jobs, takes 8 B a row when
-    20 jobs commit together and 23 B when each commits alone (docs/benchmarks.md)."""
+    growing without bound; what the trap itself left behind is a level, not a slope.
+
+    The average per row is not judged: it mixes history of another make-up. A B-tree keeps
+    equal keys in one posting list, so an index over finished_at, which a group commit gives
+    one value for all its jobs, takes 8 B a row when 20 jobs commit together and 23 B when
+    each commits alone (docs/benchmarks.md)."""
     size, span = float(result["args"]["bucket_seconds"]), float(result["args"]["minutes"]) * 60
     samples = [s for s in result["samples"] if s["t"] <= span]
     if not samples:
