@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,9 +39,15 @@ class PgCpuMeter:
     running: ClassVar[list[PgCpuMeter]] = []
 
     def __init__(
-        self, dbs: list[str], *, interval: float = 0.2, exclude: set[int] | None = None
+        self,
+        dbs: list[str],
+        *,
+        interval: float = 0.2,
+        exclude: set[int] | None = None,
+        connect: Callable[[], Any] = pg_connect,
     ) -> None:
         self.dbs = dbs
+        self.connect = connect  # to the server of `dbs` (the bench's, unless told)
         self.interval = interval
         self.exclude = exclude or set()
         self.base: dict[int, int] = {}
@@ -90,7 +97,7 @@ class PgCpuMeter:
             self.own_cpu_s += time.thread_time() - started
 
     def start(self) -> PgCpuMeter:
-        self._conn = pg_connect()
+        self._conn = self.connect()
         self.sample(first=True)
         self._thread = threading.Thread(target=self._run, name="pg-cpu-meter", daemon=True)
         self._thread.start()

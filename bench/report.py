@@ -113,6 +113,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         from bench import scale_report
 
         out += scale_report.targets(results["scale"])
+    if results.get("statements"):
+        from bench import statements_report
+
+        out += statements_report.targets(results["statements"])
     return out
 
 
@@ -293,6 +297,10 @@ def _tables(results: dict[str, Any]) -> list[str]:
     calls = results.get("calls")
     if calls:
         lines += _calls_table(calls, cpu)
+    if results.get("statements"):
+        from bench import statements_report
+
+        lines += [*statements_report.table(results["statements"]), ""]
     if lat:
         lines += _latency_table(lat)
     if results.get("scale"):

@@ -2,14 +2,14 @@
 
 Usage: python bench/run_all.py --render [var/bench/last.json]   # rewrite the doc only
        python bench/run_all.py [--quick] [--only submit,submitmany,relay,latency,e2e,cpu,
-                                                 calls,backlog,scale,serial,slowlink,priority,storage]
+                                  calls,statements,backlog,scale,serial,slowlink,priority,storage]
                                [--jobs N] [--backlog N] [--rounds R] [--concurrency 1,2,4]
                                [--no-procrastinate] [--strict] [--write-docs | --no-docs]
 A full run (no --only, no --quick) rewrites docs/benchmarks.md and var/bench/last.json;
 others print only (results in var/bench/last-partial.json) unless --write-docs; with
-`--only slowlink --write-docs` (`make bench-slow-link`), `--only priority`, `--only scale` or
-`--only storage` with `--write-docs` only that section and its target rows of the doc are
-replaced. It uses
+`--only slowlink --write-docs` (`make bench-slow-link`), `--only priority`, `--only scale`,
+`--only statements` or `--only storage` with `--write-docs` only that section and its target
+rows of the doc are replaced. It uses
 its own databases (prefix BENCH_DB_PREFIX, default dj_bench_) and a private redis-server
 started for the run.
 """
@@ -39,6 +39,7 @@ SCENARIOS = [
     "e2e",
     "cpu",
     "calls",
+    "statements",
     "backlog",
     "scale",
     "serial",
@@ -48,6 +49,7 @@ SCENARIOS = [
 ]
 SPLICED = {
     "scale",
+    "statements",
     "slowlink",
     "priority",
     "storage",
@@ -178,6 +180,10 @@ def main(argv: list[str]) -> int:
                     from bench.cpu_split import scenario_cpu
 
                     results[name] = scenario_cpu(bench)
+                elif name == "statements":
+                    from bench.statements import scenario_statements
+
+                    results[name] = scenario_statements(bench)
                 elif name == "calls":
                     from bench.db_calls import scenario_calls
 
