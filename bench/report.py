@@ -621,6 +621,8 @@ def markdown(meta: dict[str, Any], results: dict[str, Any], checks: list[dict[st
         "python bench/run_all.py --only backlog --backlog 2000 --concurrency 2",
         "python bench/run_all.py --only slowlink --write-docs  # make bench-slow-link: "
         "section 9 alone",
+        "python bench/run_all.py --only statements --concurrency 2 --write-docs  # section 4d "
+        "alone",
         "python bench/run_all.py --only priority --write-docs  # section 10 alone",
         "python bench/run_all.py --only storage --write-docs  # section 11 alone",
         "python bench/run_all.py --render       # rewrite this file from var/bench/last.json",
