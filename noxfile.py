@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import nox
+import nox.command
 
 ROOT = Path(__file__).resolve().parent
 PYTHONS = ["3.12", "3.13"]
@@ -80,11 +81,24 @@ def interpreters_on_path(versions: list[str]) -> None:
 interpreters_on_path(PYTHONS)
 
 
+def install(session: nox.Session, *args: str) -> None:
+    """session.install, and once more if the installer was killed by a signal: uv died of
+    SIGSEGV once in CI after it had installed every package (a crash of the tool, not a
+    requirement it could not meet; that exits with a code of its own and is not retried)."""
+    try:
+        session.install(*args)
+    except nox.command.CommandFailed as failed:
+        if failed.return_code is None or failed.return_code >= 0:
+            raise
+        session.warn(f"the installer was killed by signal {-failed.return_code}; once more")
+        session.install(*args)
+
+
 @nox.session(python=PYTHONS)
 @nox.parametrize("django", DJANGOS)
 def unit(session: nox.Session, django: str) -> None:
-    session.install("-e", ".[demo,otel]", *dev_pins(UNIT_TOOLS))
-    session.install(f"Django=={django}.*")
+    install(session, "-e", ".[demo,otel]", *dev_pins(UNIT_TOOLS))
+    install(session, f"Django=={django}.*")
     # A test database of this session's own: other runs may share the server.
     prefix = os.environ.get("JOBS_TEST_DATABASE_NAME", "test_dj_nox")
     suffix = f"py{session.python}_dj{django}".replace(".", "")
