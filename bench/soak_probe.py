@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,13 @@ SETTINGS = (
 )
 
 
-def server_settings(conninfo: str) -> dict[str, str]:
-    """The settings in force that decide how dead tuples are cleaned up."""
+def server_settings(conninfo: str, names: Iterable[str] = SETTINGS) -> dict[str, str]:
+    """The settings in force of `names`: by default those that decide how dead tuples are
+    cleaned up."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
-            [list(SETTINGS)],
+            [list(names)],
         ).fetchall()
     return {name: str(value) for name, value in rows}
 

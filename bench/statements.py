@@ -34,6 +34,7 @@ from bench.scenarios import (
     log,
     use_target,
 )
+from bench.soak_probe import server_settings
 from outbox import marks
 from tests.chaos.private_pg import PrivatePostgres
 
@@ -128,11 +129,7 @@ class Server:
 
     def settings(self) -> dict[str, str]:
         names = ["fsync", "full_page_writes", "synchronous_commit", "server_version"]
-        with self.connect() as conn:
-            rows = conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [names]
-            ).fetchall()
-        return {str(k): str(v) for k, v in rows}
+        return server_settings(f"host=127.0.0.1 port={self.pg.port} user=postgres", names)
 
 
 @contextlib.contextmanager
