@@ -61,15 +61,80 @@ def jobs_insert_plain(submits: Sequence[CheckedSubmit]) -> list[Job]:
     `accepted` events and their outbox rows in the caller's transaction (three statements),
     and publish the rows once it commits. An input Django cannot encode or an unsaved related
     row raises before the first statement."""
-    now = timezone.now()
-    jobs = _job_columns(submits, now)
-    tracing.jobs_trace_begin(jobs)
-    fixed = {**rows.NEW_JOB, "created_at": now, "updated_at": now}
-    job_values = _fixed_values(Job, jobs, fixed)
-    _insert(Job, {**jobs, **_json_columns(jobs, "input", "trace_context")}, job_values)
-    _insert(JobEvent, _event_columns(submits, jobs), _accepted_values(job_values, now))
-    outbox_after_commit_many(_messages_insert(jobs, job_values, now))
-    return _jobs(submits, jobs, job_values)
+    plain = _Plain(submits)
+    jobs_part, events_part, outbox_part = plain.statements()
+    prepared.fetchall(*jobs_part)
+    prepared.fetchall(*events_part)
+    jobs, entries = plain.written(prepared.fetchall(*outbox_part))
+    outbox_after_commit_many(entries)
+    return jobs
+
+
+def jobs_insert_plain_statement(
+    submits: Sequence[CheckedSubmit],
+) -> tuple[list[Job], list[OutboxEntry]]:
+    """`jobs_insert_plain`'s rows in ONE statement (data-modifying CTEs: all or nothing), which
+    outside a transaction is its own and commits before this returns; the outbox rows come
+    back unpublished (the caller publishes them: `outbox_after_commit_many`)."""
+    plain = _Plain(submits)
+    (jobs_sql, jobs_params), (events_sql, events_params), (outbox_sql, outbox_params) = (
+        plain.statements()
+    )
+    returned = prepared.fetchall(
+        f"WITH j AS ({jobs_sql}), e AS ({events_sql}) {outbox_sql}",
+        [*jobs_params, *events_params, *outbox_params],
+    )
+    return plain.written(returned)
+
+
+class _Plain:
+    """The rows of plain requests accepted now, column-wise: their statements, and the
+    model instances of what they wrote."""
+
+    def __init__(self, submits: Sequence[CheckedSubmit]) -> None:
+        self.submits = submits
+        self.now = now = timezone.now()
+        self.jobs = _job_columns(submits, now)
+        tracing.jobs_trace_begin(self.jobs)
+        fixed = {**rows.NEW_JOB, "created_at": now, "updated_at": now}
+        self.job_values = _fixed_values(Job, self.jobs, fixed)
+        self.messages = _messages(self.jobs, self.job_values, now)
+        self.message_values = _fixed_values(
+            OutboxEntry, self.messages, {"task_name": dispatch.EXECUTE_TASK, "created_at": now}
+        )
+
+    def statements(self) -> list[tuple[str, list[Any]]]:
+        """The INSERT of the jobs, of their `accepted` events and of their outbox rows (which
+        returns each row's id and job id)."""
+        jobs, now = self.jobs, self.now
+        messages = self.messages
+        return [
+            _insert_sql(
+                Job, {**jobs, **_json_columns(jobs, "input", "trace_context")}, self.job_values
+            ),
+            _insert_sql(
+                JobEvent,
+                _event_columns(self.submits, jobs),
+                _accepted_values(self.job_values, now),
+            ),
+            _insert_sql(
+                OutboxEntry,
+                {**messages, "kwargs": [_json(kwargs) for kwargs in messages["kwargs"]]},
+                self.message_values,
+                returning=("id", "job_id"),
+            ),
+        ]
+
+    def written(self, returned: list[dict[str, Any]]) -> tuple[list[Job], list[OutboxEntry]]:
+        """The jobs as `job_submit` returns them, and the outbox rows as saved, with the ids
+        the outbox INSERT `returned`."""
+        ids = {row["job_id"]: row["id"] for row in returned}
+        entries = _instances(
+            OutboxEntry,
+            {**self.messages, "id": [ids[i] for i in self.jobs["id"]]},
+            self.message_values,
+        )
+        return _jobs(self.submits, self.jobs, self.job_values), entries
 
 
 def _job_columns(submits: Sequence[CheckedSubmit], now: datetime) -> dict[str, list[Any]]:
@@ -111,24 +176,6 @@ def _accepted_values(job_values: dict[str, Any], now: datetime) -> dict[str, Any
         "at": now,
     }
     return _fixed_values(JobEvent, _EVENT_COLUMNS, given)
-
-
-def _messages_insert(
-    jobs: dict[str, list[Any]], job_values: dict[str, Any], now: datetime
-) -> list[OutboxEntry]:
-    """Insert the jobs' outbox rows; return them as saved, with the ids the INSERT gave."""
-    messages = _messages(jobs, job_values, now)
-    values = _fixed_values(
-        OutboxEntry, messages, {"task_name": dispatch.EXECUTE_TASK, "created_at": now}
-    )
-    returned = _insert(
-        OutboxEntry,
-        {**messages, "kwargs": [_json(kwargs) for kwargs in messages["kwargs"]]},
-        values,
-        returning=("id", "job_id"),
-    )
-    ids = {row["job_id"]: row["id"] for row in returned}
-    return _instances(OutboxEntry, {**messages, "id": [ids[i] for i in jobs["id"]]}, values)
 
 
 def _messages(
@@ -267,20 +314,20 @@ def _statement(
     return sql, fixed
 
 
-def _insert(
+def _insert_sql(
     model: type[Model],
     columns: dict[str, list[Any]],
     fixed: dict[str, Any],
     *,
     returning: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
-    """One INSERT of len(column) rows: `columns` as arrays (values ready for psycopg, JSON
-    as text), every other column once from `fixed` (model values); the `returning` columns
-    of each row."""
+) -> tuple[str, list[Any]]:
+    """One INSERT of len(column) rows and its parameters: `columns` as arrays (values ready
+    for psycopg, JSON as text), every other column once from `fixed` (model values); it
+    returns the `returning` columns of each row."""
     sql, fixed_fields = _statement(model, tuple(columns), returning)
     params = [f.get_db_prep_save(fixed[f.attname], connection) for f in fixed_fields]
     params += columns.values()
-    return prepared.fetchall(sql, params)
+    return sql, params
 
 
 def _instances(
