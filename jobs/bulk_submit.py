@@ -18,7 +18,7 @@ from outbox.fastpath import writing
 from . import bulk
 from .models import Job
 from .rows import CheckedSubmit, SubmitRequest
-from .submission import job_check, job_lock_keys, job_submit, job_submit_checked
+from .submission import job_check, job_is_plain, job_lock_keys, job_submit, job_submit_checked
 
 # What a submit_many request may name, and the defaults of what it leaves out: job_submit's
 # keywords, read from its signature so the two never drift apart.
@@ -75,16 +75,9 @@ def jobs_submit_checked(submits: Sequence[CheckedSubmit]) -> list[Job]:
     """Checked requests (`job_check`) in the caller's transaction, as `job_submit_many`
     writes them: the plain ones column-wise, first; every other one through
     `job_submit_checked`, in order (a request with `after` may name any before it)."""
-    plain = [s for s in submits if _is_plain(s)]
+    plain = [s for s in submits if job_is_plain(s)]
     written = dict(zip(map(id, plain), bulk.jobs_insert_plain(plain) if plain else [], strict=True))
     return [written[id(s)] if id(s) in written else job_submit_checked(s) for s in submits]
-
-
-def _is_plain(checked: CheckedSubmit) -> bool:
-    request = checked.request
-    if request.idempotency_key or request.business_key or request.after:
-        return False
-    return not job_lock_keys(checked)
 
 
 def _plain_submit(request: SubmitRequest) -> CheckedSubmit | None:

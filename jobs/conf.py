@@ -133,6 +133,12 @@ class JobsSettings(AppSettings):
         "The worker's name in leases, /ops/ and logs; empty: the Celery node name "
         "(`celery@host`, as Flower shows it), or the host name outside a worker.",
     )
+    ACCEPT_GROUP_MAX: Setting[int] = Setting(
+        50,
+        "Most plain submits of one process that share a commit when they arrive together "
+        "(jobs.accept_group); 1: every submit commits alone.",
+        minimum=1,
+    )
     PREPARED_STATEMENTS: Setting[bool] = Setting(
         True,
         "The per-job statements as server-side prepared statements; turn off behind "

@@ -28,7 +28,7 @@ from django.utils import timezone
 from outbox.fastpath import writing
 from outbox.services import outbox_after_commit
 
-from . import admission, dispatch, links, registry, tracing
+from . import accept_group, admission, dispatch, links, registry, tracing
 from .callbacks.services import callback_check
 from .conf import jobs_settings
 from .events import job_event_new, job_event_record
@@ -293,7 +293,23 @@ def job_submit(
 
 
 def job_submit_checked(checked: CheckedSubmit) -> Job:
-    """`job_submit` of a request `job_check` passed: its replay, else its rows."""
+    """`job_submit` of a request `job_check` passed: its replay, else its rows (a plain one
+    outside a transaction maybe in one commit with concurrent submits: jobs.accept_group)."""
+    if job_is_plain(checked) and accept_group.groupable():
+        return accept_group.accept_plain(checked, _submit_alone)
+    return _submit_alone(checked)
+
+
+def job_is_plain(checked: CheckedSubmit) -> bool:
+    """Nothing to look up or decide for this request: no idempotency key, business key,
+    dependency or admission rule. Its rows can be written column-wise with others'."""
+    request = checked.request
+    if request.idempotency_key or request.business_key or request.after:
+        return False
+    return not job_lock_keys(checked)
+
+
+def _submit_alone(checked: CheckedSubmit) -> Job:
     new = _job_new(checked)
     replayed = _replayed(new)
     if replayed is not None:
