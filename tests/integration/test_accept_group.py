@@ -103,17 +103,30 @@ def _rows_of(job: Job) -> tuple[int, int, int]:
     )
 
 
+def first_held(owner: Any) -> Submits:
+    """Submit 0 started, and in its write (held there by `held_first`)."""
+    submits = Submits()
+    submits.start(0, owner)
+    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
+    return submits
+
+
+def behind_a_held_write(owners: list[Any], release: threading.Event) -> Submits:
+    """Submit 0 (of owners[0]) held in its write while submits 1.. (of the other owners) queue
+    behind it; then the write goes on, and every submit returns."""
+    submits = first_held(owners[0])
+    for index, owner in enumerate(owners[1:], start=1):
+        submits.start(index, owner)
+    wait_until(_queued(len(owners) - 1), timeout=10, what="the others queued")
+    release.set()
+    submits.join()
+    return submits
+
+
 def test_submits_queued_behind_a_write__one_group_one_commit__each_gets_its_own_job(
     user: Any, held_first: threading.Event, group_sizes: list[int]
 ) -> None:
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
-    for index in range(1, 6):
-        submits.start(index, user)
-    wait_until(_queued(5), timeout=10, what="five submits queued")
-    held_first.set()
-    submits.join()
+    submits = behind_a_held_write([user] * 6, held_first)
 
     assert group_sizes == [5]
     assert len(alone_writes) == 1  # only the first wrote alone
@@ -136,15 +149,7 @@ def test_a_group_that_fails__each_written_alone__only_the_bad_one_fails(
 ) -> None:
     ghost = User(pk=user.pk + 10_000, username="ghost")  # no such row: a deferred FK fails
     ghost._state.adding = False
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
-    submits.start(1, user)
-    submits.start(2, ghost)
-    submits.start(3, user)
-    wait_until(_queued(3), timeout=10, what="three submits queued")
-    held_first.set()
-    submits.join()
+    submits = behind_a_held_write([user, user, ghost, user], held_first)
 
     assert group_sizes == [3]  # tried together, refused at commit
     assert sorted(item["n"] for item in alone_writes) == [0, 1, 2, 3]  # then each alone
@@ -167,14 +172,7 @@ def test_a_publish_failing_after_the_group_commit__every_job_returned__nobody_wr
         raise RuntimeError("the publish failed")
 
     monkeypatch.setattr(accept_group, "outbox_after_commit_many", fail)
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
-    submits.start(1, user)
-    submits.start(2, user)
-    wait_until(_queued(2), timeout=10, what="two submits queued")
-    held_first.set()
-    submits.join()
+    submits = behind_a_held_write([user] * 3, held_first)
 
     assert group_sizes == [2]
     assert len(alone_writes) == 1
@@ -190,14 +188,7 @@ def test_a_publish_failing_after_the_group_commit__every_job_returned__nobody_wr
 def test_a_queue_longer_than_the_most_a_group_takes__written_in_turns(
     user: Any, held_first: threading.Event, group_sizes: list[int]
 ) -> None:
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
-    for index in range(1, 6):
-        submits.start(index, user)
-    wait_until(_queued(5), timeout=10, what="five submits queued")
-    held_first.set()
-    submits.join()
+    submits = behind_a_held_write([user] * 6, held_first)
 
     # Groups of at most 2 in turn; a last one alone is written by its own thread.
     assert sorted(group_sizes, reverse=True) == [2, 2]
@@ -210,9 +201,7 @@ def test_a_queue_longer_than_the_most_a_group_takes__written_in_turns(
 def test_group_max_1__every_submit_written_alone(
     user: Any, held_first: threading.Event, group_sizes: list[int]
 ) -> None:
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
+    submits = first_held(user)
     submits.start(1, user)
     submits.start(2, user)
     # Nobody queues: both write alone beside the held one.
@@ -226,9 +215,7 @@ def test_group_max_1__every_submit_written_alone(
 def test_a_submit_inside_the_callers_transaction__never_grouped__rolls_back_with_it(
     user: Any, held_first: threading.Event, group_sizes: list[int]
 ) -> None:
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
+    submits = first_held(user)
     with pytest.raises(RuntimeError), transaction.atomic():
         jobs.submit(kind="noop", input={"n": 99}, owner=user)
         assert accept_group._accepts.queue == []  # written in the caller's transaction
@@ -252,9 +239,7 @@ def test_keyed_submits__never_grouped(
         finally:
             connection.close()
 
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
+    submits = first_held(user)
     thread = threading.Thread(target=keyed)
     thread.start()
     wait_until(lambda: len(alone_writes) == 2, timeout=10, what="the keyed write, alone")
@@ -273,9 +258,7 @@ def test_a_write_that_takes_too_long__the_queued_submit_leaves_the_queue_and_wri
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(accept_group, "WAIT_SECONDS", 0.2)
-    submits = Submits()
-    submits.start(0, user)
-    wait_until(lambda: len(alone_writes) == 1, timeout=10, what="the first write")
+    submits = first_held(user)
     submits.start(1, user)
     # Written alone beside the held write, which has not ended.
     wait_until(lambda: isinstance(submits.results.get(1), Job), timeout=10, what="submit 1")
