@@ -26,14 +26,13 @@ answered, nothing of the group was committed, or all of it was.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connection
 
+from outbox.background import Background, PerProcess
 from outbox.models import OutboxEntry
 from outbox.services import outbox_after_commit_many
 
@@ -58,11 +57,14 @@ class _Request:
     done: bool = False
 
 
-class _Accepts:
-    """One process's plain accepts: whether one is being written, and the queue behind it."""
+class _Accepts(Background):
+    """One process's plain accepts: whether one is being written, and the queue behind it (a
+    service of the process without a thread of its own: outbox.background)."""
+
+    thread_name = "accept-group"
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        super().__init__()
         self.writing = False
         self.queue: list[_Request] = []
 
@@ -140,17 +142,8 @@ def _written(request: _Request) -> Job:
     return request.job
 
 
-_accepts = _Accepts()
-
-
-def _forget_in_child() -> None:
-    """A forked child starts with its own: the parent's waiting threads did not survive the
-    fork, and its condition's lock may have been held at that moment."""
-    global _accepts
-    _accepts = _Accepts()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+# A forked child starts with its own: the parent's waiting threads did not survive the fork.
+_accepts = PerProcess(_Accepts)
 
 
 def groupable() -> bool:
@@ -165,4 +158,4 @@ def groupable() -> bool:
 def accept_plain(checked: CheckedSubmit, alone: Callable[[CheckedSubmit], Job]) -> Job:
     """Accept a plain, checked request: written by `alone(checked)` when no other plain
     accept of the process is being written, else in a group (module docstring)."""
-    return _accepts.accept(checked, alone)
+    return _accepts().accept(checked, alone)

@@ -295,7 +295,7 @@ def job_submit(
 def job_submit_checked(checked: CheckedSubmit) -> Job:
     """`job_submit` of a request `job_check` passed: its replay, else its rows (a plain one
     outside a transaction maybe in one commit with concurrent submits: jobs.accept_group)."""
-    if job_is_plain(checked) and accept_group.groupable():
+    if accept_group.groupable() and job_is_plain(checked):
         return accept_group.accept_plain(checked, _submit_alone)
     return _submit_alone(checked)
 

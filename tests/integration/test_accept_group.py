@@ -92,7 +92,7 @@ def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _queued(n: int) -> Callable[[], bool]:
-    return lambda: len(accept_group._accepts.queue) == n
+    return lambda: len(accept_group._accepts().queue) == n
 
 
 def _rows_of(job: Job) -> tuple[int, int, int]:
@@ -218,7 +218,7 @@ def test_a_submit_inside_the_callers_transaction__never_grouped__rolls_back_with
     submits = first_held(user)
     with pytest.raises(RuntimeError), transaction.atomic():
         jobs.submit(kind="noop", input={"n": 99}, owner=user)
-        assert accept_group._accepts.queue == []  # written in the caller's transaction
+        assert accept_group._accepts().queue == []  # written in the caller's transaction
         raise RuntimeError("the caller's own work failed")
     held_first.set()
     submits.join()
@@ -243,7 +243,7 @@ def test_keyed_submits__never_grouped(
     thread = threading.Thread(target=keyed)
     thread.start()
     wait_until(lambda: len(alone_writes) == 2, timeout=10, what="the keyed write, alone")
-    assert accept_group._accepts.queue == []
+    assert accept_group._accepts().queue == []
     held_first.set()
     thread.join(30)
     submits.join()
@@ -262,7 +262,7 @@ def test_a_write_that_takes_too_long__the_queued_submit_leaves_the_queue_and_wri
     submits.start(1, user)
     # Written alone beside the held write, which has not ended.
     wait_until(lambda: isinstance(submits.results.get(1), Job), timeout=10, what="submit 1")
-    assert 0 not in submits.results and accept_group._accepts.queue == []
+    assert 0 not in submits.results and accept_group._accepts().queue == []
     held_first.set()
     submits.join()
     assert group_sizes == [] and len(alone_writes) == 2
