@@ -19,8 +19,10 @@ publish) leaves the jobs accepted and returned; their rows wait for the relay.
 
 Not grouped: submits with tracing on (a job's root span is a child of its own thread's span),
 and any submit inside the caller's transaction (its rows commit with the caller's data).
-A process that dies while writing a group dies with every thread waiting on it: none of them
-answered, nothing of the group was committed, or all of it was.
+A process that dies while writing a group dies with every thread waiting on it. Before the
+commit nothing of the group was written and nobody was answered; after it all of it was, and
+the other threads may have answered already (they are woken at the commit, before the
+publish): the rows wait for the relay, as a lone submit's do when its process dies there.
 """
 
 from __future__ import annotations

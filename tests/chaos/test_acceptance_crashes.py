@@ -243,3 +243,92 @@ def test_relay_dies_after_reserving_before_publishing__another_relay_publishes_a
     published = OutboxEntry.objects.get(pk=entry.pk)
     assert published.published_at is not None and published.published_at >= entry.reserved_until
     assert broker_job_ids(harness) == [str(job.pk)]
+
+
+# Plain submits that queued behind another write share one commit (jobs.accept_group). The
+# first submit is held, after its own write and publish, until three more have queued behind
+# it; then the failpoint is armed and the first released: the group's writer commits the
+# three jobs, wakes the other two (their callers may have their answer: committed), and the
+# process dies before the group's publish, the writer's own caller unanswered.
+GROUP_SCRIPT = """
+import threading
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.db import connection
+import jobs
+from jobs import accept_group, submission
+from outbox import failpoints
+from tests.harness import wait_until
+
+user = get_user_model().objects.get(username="alice")
+accept_group.WAIT_SECONDS = 60.0  # the queued submits stay queued while the first is held
+written, release = threading.Event(), threading.Event()
+original = submission._submit_alone
+
+def held(checked):
+    job = original(checked)
+    if checked.request.input == {"n": 0}:
+        written.set()
+        release.wait(60)
+    return job
+
+submission._submit_alone = held
+
+def submit(n):
+    jobs.submit(kind="noop", input={"n": n}, owner=user)
+    print(f"submit {n} returned", flush=True)
+    connection.close()
+
+threads = [threading.Thread(target=submit, args=(0,))]
+threads[0].start()
+assert written.wait(60)
+for n in (1, 2, 3):
+    threads.append(threading.Thread(target=submit, args=(n,)))
+    threads[-1].start()
+wait_until(lambda: len(accept_group._accepts().queue) == 3, timeout=60, what="3 queued")
+failpoints.configure("submit.after_commit_before_publish=exit")
+print("group queued", flush=True)
+release.set()
+for thread in threads:
+    thread.join(60)
+print("every submit returned", flush=True)
+"""
+
+
+def test_accept_group_killed_after_its_commit_before_its_publish__relay_publishes_each_once(
+    harness: Harness, user: Any
+) -> None:
+    env = harness.base_env(OUTBOX_RESERVATION_SECONDS="1")
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_SCRIPT], env=env, capture_output=True, text=True, timeout=180
+    )
+
+    assert done.returncode == 137, done.stdout + done.stderr
+    assert "group queued" in done.stdout
+    assert "every submit returned" not in done.stdout
+    answered = [n for n in (1, 2, 3) if f"submit {n} returned" in done.stdout]
+    assert len(answered) <= 2  # the writer died in its publish, before its own answer
+    by_n = {job.input["n"]: job for job in Job.objects.filter(owner=user)}
+    assert sorted(by_n) == [0, 1, 2, 3]  # the group's one statement committed
+    group = [by_n[n] for n in (1, 2, 3)]
+    rows = OutboxEntry.objects.filter(job_id__in=[job.pk for job in group])
+    assert [(r.published_at, r.reserved_until is not None) for r in rows] == [(None, True)] * 3
+    assert not {str(job.pk) for job in group} & set(broker_job_ids(harness))
+
+    every = [job.pk for job in by_n.values()]
+    harness.start_relay()
+    wait_until(
+        lambda: not OutboxEntry.objects.filter(job_id__in=every, published_at=None).exists(),
+        timeout=60,
+        what="the relay to publish the group's rows once their reservations lapsed",
+    )
+    harness.start_worker("w-group")
+    wait_until(
+        lambda: Job.objects.filter(owner=user, state="succeeded").count() == 4,
+        timeout=60,
+        what="the four jobs to run",
+    )
+    for job in Job.objects.filter(owner=user):
+        assert (job.generation, job.attempt) == (1, 1), job.input
+        assert JobEvent.objects.filter(job=job, to_state="succeeded").count() == 1, job.input
