@@ -48,7 +48,14 @@ from bench import soak_report  # noqa: E402
 from bench.infra import Fleet, machine_info, wait_until  # noqa: E402
 from bench.soak_check import job_outcomes  # noqa: E402
 from bench.soak_load import AcceptLog, Load  # noqa: E402
-from bench.soak_probe import LongTransaction, Probe, rss_kb, server_settings  # noqa: E402
+from bench.soak_probe import (  # noqa: E402
+    ActiveSessions,
+    ClusterCpu,
+    LongTransaction,
+    Probe,
+    rss_kb,
+    server_settings,
+)
 from tests.chaos.private_pg import PrivatePostgres  # noqa: E402
 from tests.harness import PrivateRedis, Proc  # noqa: E402
 
@@ -67,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env_minutes = float(os.environ.get("SOAK_MINUTES", "20"))
     parser.add_argument("--minutes", type=float, default=env_minutes, help="MVCC phase")
     parser.add_argument("--load", type=float, default=0.7, help="share of the capacity")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="jobs/s instead of --load (A/B runs)"
+    )
     parser.add_argument("--capacity-seconds", type=float, default=None, help="default 30")
     parser.add_argument("--outage-minutes", type=float, default=None, help="default minutes/4")
     parser.add_argument("--no-outage", action="store_true", help="skip the broker outage")
@@ -114,6 +124,7 @@ class Soak:
         self.result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
         self.load: Load | None = None
         self.probe: Probe | None = None
+        self.active: ActiveSessions | None = None
         self.long_xact: LongTransaction | None = None
 
     # --- the world ---------------------------------------------------------------------
@@ -192,7 +203,7 @@ class Soak:
         return out
 
     def close(self) -> None:
-        for part in (self.load, self.long_xact, self.probe):
+        for part in (self.load, self.long_xact, self.probe, self.active):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
@@ -350,13 +361,23 @@ class Soak:
         ((version,),) = self.query("SHOW server_version")
         self.result["machine"]["postgresql"] = str(version)
         capacity = self.capacity(owner)
-        rate = capacity * args.load
+        rate = args.rate or capacity * args.load
         self.result["rate"] = round(rate, 1)
         log(f"MVCC phase: {args.minutes:g} min of open-loop arrivals at {rate:.0f} jobs/s")
         started, started_wall = time.monotonic(), time.time()
         self.result["started_wall"] = started_wall
-        self.probe = Probe(self.conninfo, started, self.pids, every=args.sample_seconds)
+        self.probe = Probe(
+            self.conninfo,
+            started,
+            self.pids,
+            every=args.sample_seconds,
+            cluster=ClusterCpu(self.pg.postmaster_pid()),
+        )
         self.probe.start()
+        from bench.statements import label
+
+        self.active = ActiveSessions(self.conninfo, started, label)
+        self.active.start()
         span = args.minutes * 60
         self.long_xact = LongTransaction(self.conninfo, started, 0.25 * span, 0.75 * span)
         self.long_xact.start()
@@ -381,6 +402,11 @@ class Soak:
         self.result["final_drain_s"] = round(self.wait_drained(args.drain_timeout), 1)
         time.sleep(args.sample_seconds)
         self.probe.stop()
+        self.active.stop()
+        self.result["active_sessions"] = {
+            str(minute): {"looks": self.active.looks[minute], "seen": seen}
+            for minute, seen in sorted(self.active.seen.items())
+        }
         self.result["long_xact"] = {
             "begin_s": self.long_xact.opened_at,
             "end_s": self.long_xact.closed_at,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -67,8 +68,20 @@ SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)
 FROM outbox_outboxentry
 WHERE published_at IS NULL AND available_at <= now() AND available_at >= %(floor)s
 """
+# What each busy backend is running and waiting on, looked at many times a second: over a
+# minute, how often a statement was seen running is its share of the database's busy time
+# (sampling, as an "active session history"; pg_stat_statements would say it exactly, but
+# here it cost two thirds of the run's capacity).
+ACTIVE_SQL = """
+SELECT left(query, 600), coalesce(wait_event_type || ':' || wait_event, 'CPU'),
+       application_name
+FROM pg_stat_activity
+WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+"""
+ACTIVE_EVERY_S = 0.05
 FLOOR_MARGIN_S = 5.0  # OUTBOX_SCAN_FLOOR_MARGIN_SECONDS' default
 FLOOR_FULL_S = 60.0  # OUTBOX_SCAN_FLOOR_FULL_SECONDS' default
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 SETTINGS = (
     "autovacuum",
@@ -116,6 +129,48 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of one process so far (0 once it is gone)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return 0.0
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return raw.replace(b"\0", b" ").decode("ascii", "replace")
+    return ""
+
+
+@dataclass
+class ClusterCpu:
+    """CPU seconds the PostgreSQL cluster used so far, and its autovacuum workers' share: a
+    child's seconds are counted while it lives (sampled) and, once it has exited, in the
+    postmaster's reaped children's total (/proc/<pid>/stat cutime and cstime)."""
+
+    postmaster: int
+    _last: dict[int, float] = field(default_factory=dict)
+    autovacuum_s: float = 0.0
+
+    def read(self) -> tuple[float, float]:
+        """(cluster total, autovacuum workers) CPU seconds so far."""
+        total = 0.0
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{self.postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+            total = sum(int(f) for f in fields[11:15]) / CLOCK_TICKS
+        seen: dict[int, float] = {}
+        for pid in child_pids(self.postmaster):
+            used = cpu_seconds(pid)
+            seen[pid] = used
+            total += used
+            if "autovacuum worker" in _cmdline(pid):
+                self.autovacuum_s += used - self._last.get(pid, 0.0)
+        self._last = seen
+        return round(total, 2), round(self.autovacuum_s, 2)
+
+
 def _ms(plan: list[dict[str, Any]]) -> float:
     return float(plan[0].get("Execution Time", 0.0)) if plan else 0.0
 
@@ -141,6 +196,7 @@ class Sample:
     outbox_due: int
     outbox_lag_s: float
     rss_kb: dict[str, int]  # process name (and "name/pid" for each pool child) -> kB
+    cpu_s: dict[str, float] = field(default_factory=dict)  # name -> CPU seconds so far
 
 
 @dataclass
@@ -151,6 +207,7 @@ class Probe:
     started: float
     processes: Callable[[], dict[str, int]]
     every: float = 5.0
+    cluster: ClusterCpu | None = None  # the PostgreSQL cluster's CPU, when its pid is known
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -230,7 +287,18 @@ class Probe:
             outbox_due=int(backlog[0]),
             outbox_lag_s=round(float(backlog[1]), 2),
             rss_kb=self.weigh(),
+            cpu_s=self.cpu(),
         )
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each named process tree and of the database cluster."""
+        out: dict[str, float] = {}
+        for name, pid in self.processes().items():
+            pids = [pid] if name == "web" else tree_pids(pid)
+            out[name] = round(sum(cpu_seconds(p) for p in pids), 2)
+        if self.cluster is not None:
+            out["postgres"], out["autovacuum"] = self.cluster.read()
+        return out
 
     def weigh(self) -> dict[str, int]:
         """RSS of each named process tree (summed) and of each process in it."""
@@ -284,3 +352,39 @@ class LongTransaction:
             self._wait_until(self.end)
             conn.rollback()
             self.closed_at = round(time.monotonic() - self.started, 1)
+
+
+@dataclass
+class ActiveSessions:
+    """Samples the busy backends every ACTIVE_EVERY_S until stopped: `seen[minute]` counts
+    (statement, wait) pairs (module docstring's ACTIVE_SQL); `looks[minute]` the samples."""
+
+    conninfo: str
+    started: float
+    label: Callable[[str], str]
+    seen: dict[int, dict[str, int]] = field(default_factory=dict)
+    looks: dict[int, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="soak-active", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(self.conninfo, autocommit=True, application_name="soak-active") as conn,
+        ):
+            while not self._stop.wait(ACTIVE_EVERY_S):
+                minute = int((time.monotonic() - self.started) // 60)
+                counts = self.seen.setdefault(minute, {})
+                self.looks[minute] = self.looks.get(minute, 0) + 1
+                for query, wait, who in conn.execute(ACTIVE_SQL).fetchall():
+                    key = f"{self.label(query)} ({who.removeprefix('soak-')}) | {wait}"
+                    counts[key] = counts.get(key, 0) + 1

@@ -401,7 +401,62 @@ def analyze(result: dict[str, Any]) -> dict[str, Any]:
         "bucket_seconds": float(result["args"]["bucket_seconds"]),
         "restarts": result["restarts"],
         "slowest_submit_s": result["slowest_submit_s"],
+        "time": where_time_went(result),
     }
+
+
+CPU_NAMES = ("web", "worker", "postgres", "autovacuum")
+TOP_STATEMENTS = 3
+
+
+def where_time_went(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per minute: CPU of each process (share of one core) from the probe's running totals,
+    and the database's busy backends (bench/soak_probe.py, ActiveSessions) by statement."""
+    timed = [sample for sample in result["samples"] if sample.get("cpu_s")]
+    last: dict[int, dict[str, Any]] = {}
+    for sample in timed:
+        last[int(sample["t"] // 60)] = sample
+    active = result.get("active_sessions", {})
+    rows = []
+    for minute in sorted(last):
+        before = last.get(minute - 1) or (timed[0] if minute == 0 else None)
+        seen = active.get(str(minute), {"looks": 0, "seen": {}})
+        looks = seen["looks"] or 1
+        busy: dict[str, float] = {}
+        for key, count in seen["seen"].items():
+            statement = key.rsplit(" | ", 1)[0]
+            busy[statement] = busy.get(statement, 0.0) + count / looks
+        cpu = {}
+        if before is not None and last[minute]["t"] > before["t"]:
+            span = last[minute]["t"] - before["t"]
+            cpu = {
+                name: (last[minute]["cpu_s"].get(name, 0.0) - before["cpu_s"].get(name, 0.0))
+                / span
+                * 100
+                for name in CPU_NAMES
+            }
+        rows.append(
+            {
+                "minute": minute,
+                "cpu_pct": cpu,
+                "busy": sum(busy.values()),
+                "top": sorted(busy.items(), key=lambda kv: -kv[1])[:TOP_STATEMENTS],
+            }
+        )
+    return rows
+
+
+def time_lines(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "| min | CPU % web / worker / postgres / autovacuum | busy backends | the busiest "
+        "statements (busy backends) |",
+        "|---|---|---|---|",
+    ]
+    for r in report.get("time", []):
+        cpu = " / ".join(_f(r["cpu_pct"].get(name, float("nan")), 0) for name in CPU_NAMES)
+        top = "; ".join(f"{name} {share:.2f}" for name, share in r["top"])
+        lines.append(f"| {r['minute']} | {cpu} | {r['busy']:.2f} | {top} |")
+    return lines
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:
@@ -454,7 +509,15 @@ def print_report(report: dict[str, Any]) -> None:
     print()
     print(f"capacity {report['capacity']['jobs_per_s']} jobs/s; load {report['rate']} jobs/s")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in report["settings"].items()))
-    for line in [*table_lines(report), "", *growth_lines(report), "", *check_lines(report)]:
+    for line in [
+        *table_lines(report),
+        "",
+        *time_lines(report),
+        "",
+        *growth_lines(report),
+        "",
+        *check_lines(report),
+    ]:
         print(line)
     if report["outage"]:
         print(f"outage: {report['outage']}")
@@ -538,6 +601,13 @@ def section(report: dict[str, Any], command: str, image: Path) -> list[str]:
         *table_lines(report),
         "",
         *check_lines(report),
+        "",
+        "Where the time went, minute by minute: CPU of each process (100 = one core; web is "
+        "the driver, whose threads submit as a web server's would), and the database's "
+        "busy backends, sampled 20 times a second from `pg_stat_activity` (0.25 = one "
+        "backend busy a quarter of the time), with the statements they were busy with:",
+        "",
+        *time_lines(report),
         "",
         "Every jobs_*/outbox_* relation over 64 kB: its slope over the last half of the "
         "MVCC phase; bytes per live row of its table at the first minute's end and at the "

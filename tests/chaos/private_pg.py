@@ -121,6 +121,10 @@ class PrivatePostgres:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", mode, "-w", "stop"])
 
+    def postmaster_pid(self) -> int:
+        """The running postmaster's pid (the first line of its datadir's postmaster.pid)."""
+        return int((self.datadir / "postmaster.pid").read_text().split()[0])
+
     def restart(self, *, mode: str = "immediate", down_seconds: float = 0.0) -> None:
         """Stop (immediate = a crash: no checkpoint, every backend killed), then start."""
         self.stop(mode=mode)
