@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -200,8 +200,31 @@ class Sample:
 
 
 @dataclass
-class Probe:
+class _Looping:
+    """A daemon thread running the subclass's `_run` from `start()` until `stop()`."""
+
+    thread_name: ClassVar[str]
+    _stop: threading.Event = field(default_factory=threading.Event, kw_only=True)
+    _thread: threading.Thread | None = field(default=None, kw_only=True)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Probe(_Looping):
     """Samples every `every` seconds until stopped; `processes()` names the pids to weigh."""
+
+    thread_name = "soak-probe"
 
     conninfo: str
     started: float
@@ -210,19 +233,8 @@ class Probe:
     cluster: ClusterCpu | None = None  # the PostgreSQL cluster's CPU, when its pid is known
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     _floor: dt.datetime = EPOCH
     _floor_full_at: float = -float("inf")
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
@@ -314,8 +326,10 @@ class Probe:
 
 
 @dataclass
-class LongTransaction:
+class LongTransaction(_Looping):
     """A second client holding a REPEATABLE READ snapshot from `begin` to `end` seconds."""
+
+    thread_name = "soak-long-xact"
 
     conninfo: str
     started: float
@@ -324,17 +338,6 @@ class LongTransaction:
     opened_at: float | None = None
     closed_at: float | None = None
     snapshot_xmin: int | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="soak-long-xact", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
 
     def _wait_until(self, at: float) -> bool:
         return not self._stop.wait(max(0.0, self.started + at - time.monotonic()))
@@ -355,26 +358,17 @@ class LongTransaction:
 
 
 @dataclass
-class ActiveSessions:
+class ActiveSessions(_Looping):
     """Samples the busy backends every ACTIVE_EVERY_S until stopped: `seen[minute]` counts
-    (statement, wait) pairs (module docstring's ACTIVE_SQL); `looks[minute]` the samples."""
+    (statement, wait) pairs (ACTIVE_SQL above); `looks[minute]` the samples."""
+
+    thread_name = "soak-active"
 
     conninfo: str
     started: float
     label: Callable[[str], str]
     seen: dict[int, dict[str, int]] = field(default_factory=dict)
     looks: dict[int, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="soak-active", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
 
     def _run(self) -> None:
         with (
