@@ -70,8 +70,10 @@ WHERE published_at IS NULL AND available_at <= now() AND available_at >= %(floor
 """
 # What each busy backend is running and waiting on, looked at many times a second: over a
 # minute, how often a statement was seen running is its share of the database's busy time
-# (sampling, as an "active session history"; pg_stat_statements would say it exactly, but
-# here it cost two thirds of the run's capacity).
+# (sampling, as an "active session history"). pg_stat_statements would say it exactly, but
+# loading it takes a restart of the private cluster, and every run of this bench whose cluster
+# was restarted before the load (with or without the library: 4 runs, 382-521 jobs/s against
+# 1,071-1,879 without a restart) measured a third of the capacity; the cause is not found.
 ACTIVE_SQL = """
 SELECT left(query, 600), coalesce(wait_event_type || ':' || wait_event, 'CPU'),
        application_name
