@@ -413,6 +413,7 @@ class Soak:
             "snapshot_xmin": self.long_xact.snapshot_xmin,
         }
         self.result["probe_errors"] = self.probe.errors[:10]
+        self.result["active_sessions_error"] = self.active.error
         self.result["restarts"] = self.restarts
         self.result["submit_errors"] = self.log.errors[:10]
         self.result["submit_error_count"] = self.log.error_count

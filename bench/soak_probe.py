@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
+from bench.cpu_split import proc_cpu, tree_cpu
 from demo.procs import child_pids
 
 # Every jobs_*/outbox_* table: live and dead tuples, total size (heap + indexes + toast) and
@@ -83,7 +83,6 @@ WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client ba
 ACTIVE_EVERY_S = 0.05
 FLOOR_MARGIN_S = 5.0  # OUTBOX_SCAN_FLOOR_MARGIN_SECONDS' default
 FLOOR_FULL_S = 60.0  # OUTBOX_SCAN_FLOOR_FULL_SECONDS' default
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 SETTINGS = (
     "autovacuum",
@@ -131,14 +130,6 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of one process so far (0 once it is gone)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return 0.0
-
-
 def _cmdline(pid: int) -> str:
     with contextlib.suppress(OSError):
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -158,19 +149,13 @@ class ClusterCpu:
 
     def read(self) -> tuple[float, float]:
         """(cluster total, autovacuum workers) CPU seconds so far."""
-        total = 0.0
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = Path(f"/proc/{self.postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-            total = sum(int(f) for f in fields[11:15]) / CLOCK_TICKS
         seen: dict[int, float] = {}
         for pid in child_pids(self.postmaster):
-            used = cpu_seconds(pid)
-            seen[pid] = used
-            total += used
             if "autovacuum worker" in _cmdline(pid):
-                self.autovacuum_s += used - self._last.get(pid, 0.0)
+                seen[pid] = proc_cpu(pid)
+                self.autovacuum_s += seen[pid] - self._last.get(pid, 0.0)
         self._last = seen
-        return round(total, 2), round(self.autovacuum_s, 2)
+        return round(tree_cpu(self.postmaster), 2), round(self.autovacuum_s, 2)
 
 
 def _ms(plan: list[dict[str, Any]]) -> float:
@@ -308,8 +293,8 @@ class Probe(_Looping):
         """CPU seconds so far of each named process tree and of the database cluster."""
         out: dict[str, float] = {}
         for name, pid in self.processes().items():
-            pids = [pid] if name == "web" else tree_pids(pid)
-            out[name] = round(sum(cpu_seconds(p) for p in pids), 2)
+            # The driver (web) started every other process: its tree would count them all.
+            out[name] = round(proc_cpu(pid) if name == "web" else tree_cpu(pid), 2)
         if self.cluster is not None:
             out["postgres"], out["autovacuum"] = self.cluster.read()
         return out
@@ -371,12 +356,18 @@ class ActiveSessions(_Looping):
     label: Callable[[str], str]
     seen: dict[int, dict[str, int]] = field(default_factory=dict)
     looks: dict[int, int] = field(default_factory=dict)
+    error: str = ""  # why sampling stopped early (the report has fewer looks from then on)
 
     def _run(self) -> None:
-        with (
-            contextlib.suppress(psycopg.Error),
-            psycopg.connect(self.conninfo, autocommit=True, application_name="soak-active") as conn,
-        ):
+        try:
+            self._sample()
+        except psycopg.Error as exc:
+            self.error = f"{time.monotonic() - self.started:.0f}s: {exc}"[:300]
+
+    def _sample(self) -> None:
+        with psycopg.connect(
+            self.conninfo, autocommit=True, application_name="soak-active"
+        ) as conn:
             while not self._stop.wait(ACTIVE_EVERY_S):
                 minute = int((time.monotonic() - self.started) // 60)
                 counts = self.seen.setdefault(minute, {})
