@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
 
@@ -61,8 +61,11 @@ def insert_sql(obj: Model, *, returning: bool) -> tuple[str, list[Any]]:
     # instead of writing NULL.
     obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
     fields, sql = _statement(obj, returning=returning)
+    # The thread's connection itself, not the `connection` proxy: each field's preparation
+    # reads it several times, and each read through the proxy is a thread-local lookup.
+    wrapper = connections[DEFAULT_DB_ALIAS]
     values = [
-        field.get_db_prep_save(field.pre_save(obj, True), connection=connection) for field in fields
+        field.get_db_prep_save(field.pre_save(obj, True), connection=wrapper) for field in fields
     ]
     return sql, values
 

@@ -147,3 +147,47 @@ def test_a_changed_result_inside_a_transaction__fails_once_then_the_connection_h
         assert prepared.fetchone("SELECT * FROM t_shape2()", []) == (2, "two")
     finally:
         migrate("DROP FUNCTION IF EXISTS t_shape2()")
+
+
+@pytest.mark.parametrize(
+    ("sql", "sent"),
+    [
+        ("SELECT %s::int, %s::text", "SELECT $1::int, $2::text"),
+        ("SELECT %s::text LIKE 'a%%'", "SELECT $1::text LIKE 'a%'"),
+        ("SELECT 1", "SELECT 1"),
+        ("SELECT $1::int", None),  # a `$` of its own: psycopg's parse decides
+        ("SELECT %(a)s", None),  # named placeholders
+        ("SELECT %b", None),  # binary placeholders
+        ("SELECT 5 %", None),  # a lone `%`: psycopg's error
+    ],
+)
+def test_numbered__spells_placeholders_as_postgresql_does_or_leaves_it_to_psycopg(
+    sql: str, sent: str | None
+) -> None:
+    assert prepared.numbered(sql) == sent
+
+
+def test_a_statement_of_more_than_fifty_values__runs_with_its_literal_percent_intact(
+    user: Any,
+) -> None:
+    """Past 50 values psycopg would parse the `%s` form on every call; sent numbered, the
+    values and a literal `%%` still arrive as written."""
+    values = list(range(60))
+    sql = "SELECT " + " + ".join(["%s::int"] * len(values)) + ", 'x%%'"
+
+    assert prepared.fetchone(sql, values) == (sum(values), "x%")
+    assert prepared.fetchone(sql, values[::-1]) == (sum(values), "x%")  # the prepared one
+
+
+def test_a_wrapper_that_changes_the_statement_past_numbering__still_runs_it(
+    user: Any,
+) -> None:
+    """A wrapper may append to the statement (sqlcommenter does); what it passes on runs even
+    when it holds what only psycopg's own parse handles (here a `$`)."""
+
+    def commenting(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        return execute(sql + " /* cost: $0 */", params, many, context)
+
+    with connection.execute_wrapper(commenting):
+        assert prepared.fetchone("SELECT %s::text", ["y"]) == ("y",)
+        assert prepared.fetchall("SELECT %s::int AS n", [3]) == [{"n": 3}]
