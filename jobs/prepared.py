@@ -34,10 +34,11 @@ import functools
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from django.db import NotSupportedError, connection
+from psycopg.types.array import ListBinaryDumper
 
 from .conf import jobs_settings
 
@@ -47,28 +48,37 @@ _PERCENT = re.compile(r"%(.?)", re.DOTALL)
 _NUMBERED_CACHE = 512  # statements kept in their `$n` form: the fixed statements, with room
 
 
+class Numbered(NamedTuple):
+    """A statement in PostgreSQL's `$n` form; `binary`: its placeholders were all `%b`."""
+
+    sql: str
+    binary: bool
+
+
 @functools.lru_cache(maxsize=_NUMBERED_CACHE)
-def numbered(sql: str) -> str | None:
-    """`sql` with PostgreSQL's `$1, $2, ...` for its `%s` placeholders (`%%`: a literal `%`);
-    None when it holds anything else (a `$` of its own, a named or binary placeholder), which
-    then goes through psycopg's own parse and its error."""
+def numbered(sql: str) -> Numbered | None:
+    """`sql` with PostgreSQL's `$1, $2, ...` for its placeholders, all `%s` or all `%b`
+    (`%%`: a literal `%`); None when it holds anything else (a `$` of its own, named
+    placeholders, `%s` and `%b` mixed), which then goes through psycopg's own parse and its
+    error."""
     if "$" in sql:
         return None
     count = 0
-    unsupported = False
+    kinds: set[str] = set()
 
     def replace(match: re.Match[str]) -> str:
-        nonlocal count, unsupported
-        if match.group(1) == "%":
+        nonlocal count
+        kind = match.group(1)
+        if kind == "%":
             return "%"
-        if match.group(1) != "s":
-            unsupported = True
-            return ""
+        kinds.add(kind)
         count += 1
         return f"${count}"
 
     converted = _PERCENT.sub(replace, sql)
-    return None if unsupported else converted
+    if kinds - {"s"} and kinds != {"b"}:
+        return None
+    return Numbered(converted, kinds == {"b"})
 
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -144,7 +154,9 @@ def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, one: 
         def run(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
             sent = numbered(sql)
             if sent is not None:
-                cursor.execute(sent, params, prepare=True)
+                if sent.binary:
+                    _binary_lists(cursor)
+                cursor.execute(sent.sql, params, prepare=True)
                 return
             parsed: psycopg.Cursor[Any] = stack.enter_context(psycopg.Cursor(raw))
             parsed.execute(sql, params, prepare=True)
@@ -155,3 +167,11 @@ def _run(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, one: 
             executor = functools.partial(wrapper, executor)
         executor(sql, params, False, {"connection": connection, "cursor": cursor})
         return _rows(ran[0], one=one)
+
+
+def _binary_lists(cursor: psycopg.Cursor[Any]) -> None:
+    """Send lists in PostgreSQL's binary array format, as `%b` asks: a raw statement's values
+    take each type's last registered dumper, which for a list is the text one (its elements
+    quoted on the client). Every other type a `%b` statement sends (numbers, UUIDs, times,
+    text, JSON) goes the same with either: its value is cast in the statement."""
+    cursor.adapters.register_dumper(list, ListBinaryDumper)

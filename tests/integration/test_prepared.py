@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import psycopg
@@ -152,17 +153,19 @@ def test_a_changed_result_inside_a_transaction__fails_once_then_the_connection_h
 @pytest.mark.parametrize(
     ("sql", "sent"),
     [
-        ("SELECT %s::int, %s::text", "SELECT $1::int, $2::text"),
-        ("SELECT %s::text LIKE 'a%%'", "SELECT $1::text LIKE 'a%'"),
-        ("SELECT 1", "SELECT 1"),
+        ("SELECT %s::int, %s::text", ("SELECT $1::int, $2::text", False)),
+        ("SELECT %s::text LIKE 'a%%'", ("SELECT $1::text LIKE 'a%'", False)),
+        ("SELECT 1", ("SELECT 1", False)),
+        ("SELECT %b::int[], %b::text", ("SELECT $1::int[], $2::text", True)),
         ("SELECT $1::int", None),  # a `$` of its own: psycopg's parse decides
         ("SELECT %(a)s", None),  # named placeholders
-        ("SELECT %b", None),  # binary placeholders
+        ("SELECT %s, %b", None),  # text and binary mixed
+        ("SELECT %t", None),  # text placeholders
         ("SELECT 5 %", None),  # a lone `%`: psycopg's error
     ],
 )
 def test_numbered__spells_placeholders_as_postgresql_does_or_leaves_it_to_psycopg(
-    sql: str, sent: str | None
+    sql: str, sent: tuple[str, bool] | None
 ) -> None:
     assert prepared.numbered(sql) == sent
 
@@ -191,3 +194,23 @@ def test_a_wrapper_that_changes_the_statement_past_numbering__still_runs_it(
     with connection.execute_wrapper(commenting):
         assert prepared.fetchone("SELECT %s::text", ["y"]) == ("y",)
         assert prepared.fetchall("SELECT %s::int AS n", [3]) == [{"n": 3}]
+
+
+def test_a_binary_statement__sends_its_arrays_whole(user: Any) -> None:
+    """`%b` statements (jobs.bulk's column-wise INSERTs) go numbered too: arrays with NULLs,
+    empty ones, text, UUIDs and JSON as text arrive as they left."""
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    arrays = [ids, ["a", None], [], ['{"k": 1}', None], [1, 2, None]]
+    casts = ["uuid[]", "text[]", "int[]", "jsonb[]", "int[]"]
+    filler = list(range(55))
+    sql = (
+        "SELECT "
+        + ", ".join(f"%b::{cast}" for cast in casts)
+        + ", "
+        + " + ".join(["%b::int"] * len(filler))
+    )
+
+    row = prepared.fetchone(sql, [*arrays, *filler])
+
+    # Django's connection reads jsonb as its text.
+    assert row == (ids, ["a", None], [], ['{"k": 1}', None], [1, 2, None], sum(filler))
