@@ -110,11 +110,11 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def _kept_sections(old: str, new: str) -> str:
     """`new` (the whole doc rewritten) with the sections other commands record kept from
-    `old`: the soak's (`make bench-soak`, bench/soak.py)."""
+    `old`: the soak's (`make bench-soak`, bench/soak.py), and the hand-written notes."""
     from bench import soak_report
-    from bench.splice import carry
+    from bench.splice import carry, carry_notes
 
-    return carry(old, new, soak_report.SECTION)
+    return carry_notes(old, carry(old, new, soak_report.SECTION))
 
 
 def render(path: Path) -> int:

@@ -505,21 +505,31 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     ]
     if with_reuse:
         procs.append(durable_worker(b, "latreuse", 2, rdb, REUSE_BROKER_DB, app="bench.reuse_app"))
+    pdb = db_name("procrastinate")
+    ensure_procrastinate_schema(pdb)
+    procs.append(procrastinate_worker(b, pdb, 2))
+    proc = ProcrastinateDriver(pdb)
+    proc.open()
     per_round = 30 if b.quick else 50
     rng = random.Random(6)
     sample_names = ("start", "publish", "submit_call", "return_to_start", "call_to_start")
     samples: dict[str, dict[str, list[float]]] = {
-        mode: {name: [] for name in sample_names} for mode in [*targets, "raw"]
+        mode: {name: [] for name in sample_names} for mode in [*targets, "raw", "procrastinate"]
     }
     batched = dict.fromkeys(targets, 0)  # jobs claimed by a batch message, not jobs.execute
     conns = {db: pg_connect(db) for db, _ in targets.values()}
     try:
+        _procrastinate_paced(proc, 3, rng)  # its worker is up and listening before the rounds
         for r in range(b.rounds):
-            modes = [*targets, "raw"]
+            modes = [*targets, "raw", "procrastinate"]
             modes = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in modes:
                 if mode == "raw":
                     samples["raw"]["call_to_start"] += _raw_call_to_start(stamps, per_round, rng)
+                    continue
+                if mode == "procrastinate":
+                    for name, values in _procrastinate_paced(proc, per_round, rng).items():
+                        samples[mode][name] += values
                     continue
                 db, broker_db = targets[mode]
                 conn = conns[db]
@@ -576,6 +586,7 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
         set_fast_path(True)
         for c in conns.values():
             c.close()
+        proc.close()
         for p in procs:
             b.fleet.stop(p)
         use_target(main, b.broker())
@@ -589,6 +600,17 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
             "call_to_start_p50_ms": pct(samples["raw"]["call_to_start"], 50) * 1000,
             "call_to_start_p99_ms": pct(samples["raw"]["call_to_start"], 99) * 1000,
         },
+    }
+    pro = samples["procrastinate"]
+    out["procrastinate"] = {
+        f"{name}_{q}_ms": pct(pro[key], int(q[1:])) * 1000
+        for name, key in (
+            ("accept_to_start", "start"),
+            ("submit_call", "submit_call"),
+            ("return_to_start", "return_to_start"),
+            ("call_to_start", "call_to_start"),
+        )
+        for q in ("p50", "p99")
     }
     for mode in targets:
         data = samples[mode]
@@ -630,6 +652,50 @@ def _raw_call_to_start(path: str, count: int, rng: random.Random) -> list[float]
     )
     started = read_stamps(path)
     return [started[token] - at for token, at in called.items()]
+
+
+def _procrastinate_paced(
+    proc: ProcrastinateDriver, count: int, rng: random.Random
+) -> dict[str, list[float]]:
+    """Paced `defer()` calls of Procrastinate's no-op, as the durable rounds pace
+    `jobs.submit`, on its worker of 2 (LISTEN/NOTIFY, its default). Accept -> start is its
+    own events' times: `deferred` (the defer's transaction) to `started` (the fetch's), as the
+    durable side's `created_at` to its `leased` event; the split at the moment `defer()`
+    returned, and call -> start from its call."""
+    called: dict[int, float] = {}
+    returned: dict[int, float] = {}
+    for _ in range(count):
+        at = time.time()
+        job_id = int(proc.task.defer(job_id=str(uuid.uuid4())))
+        returned[job_id] = time.time()
+        called[job_id] = at
+        time.sleep(rng.uniform(0.08, 0.16))
+    ids = list(called)
+
+    def started_all() -> bool:
+        row = proc.conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+            [ids],
+        ).fetchone()
+        return bool(row) and int(row[0]) == len(ids)
+
+    wait_until(started_all, timeout=120, interval=0.1, what="procrastinate jobs to run")
+    rows = proc.conn.execute(
+        "SELECT d.job_id, extract(epoch FROM d.at), extract(epoch FROM min(s.at)) "
+        "FROM procrastinate_events d JOIN procrastinate_events s "
+        "ON s.job_id = d.job_id AND s.type = 'started' "
+        "WHERE d.job_id = ANY(%s) AND d.type = 'deferred' GROUP BY d.job_id, d.at",
+        [ids],
+    ).fetchall()
+    out: dict[str, list[float]] = {
+        "start": [], "submit_call": [], "return_to_start": [], "call_to_start": []
+    }  # fmt: skip
+    for job_id, deferred, started in rows:
+        out["start"].append(float(started) - float(deferred))
+        out["submit_call"].append(returned[job_id] - float(deferred))
+        out["return_to_start"].append(float(started) - returned[job_id])
+        out["call_to_start"].append(float(started) - called[job_id])
+    return out
 
 
 # --- 3 + 4. end to end vs raw Celery vs Procrastinate -------------------------------------

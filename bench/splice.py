@@ -7,10 +7,14 @@ start with its prefix.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 TARGETS_HEADER = "| target | measured | result |"
+# A hand-written note (an A/B, a reading of a table) between its markers; a rewrite of the
+# whole doc keeps it (carry_notes).
+_NOTE = re.compile(r"<!-- note: (?P<name>[\w-]+) -->\n.*?<!-- note: end (?P=name) -->\n", re.S)
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,20 @@ def splice(doc: str, where: Section, section: list[str], checks: list[dict[str, 
             at += 1
         lines[at:at] = rows
     return "\n".join(lines)
+
+
+def carry_notes(old: str, new: str) -> str:
+    """`new` with every hand-written note of `old` kept (between `<!-- note: NAME -->` and
+    `<!-- note: end NAME -->`), each before the first heading that followed it in `old` and
+    is in `new`, else at the end; a note `new` already has is left as it is."""
+    for match in _NOTE.finditer(old):
+        note = match.group(0)
+        if f"<!-- note: {match.group('name')} -->" in new:
+            continue
+        headings = [ln for ln in old[match.end() :].split("\n") if ln.startswith("#")]
+        heading = next((h for h in headings if f"\n{h}\n" in new), None)
+        if heading is None:
+            new = new.rstrip("\n") + "\n\n" + note
+        else:
+            new = new.replace(f"\n{heading}\n", f"\n{note}\n{heading}\n", 1)
+    return new
