@@ -469,7 +469,8 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     """Accept -> start and commit -> publish, fast path vs relay loop alone, paced submits;
     and call -> start for both and for raw Celery's no-op on a worker of the same shape
     (prefork, 2 processes, prefetch 1, acks_late): the floor that a message, Celery's main
-    process and a pool process set on this machine, without the database.
+    process and a pool process set on this machine, without the database; and Procrastinate's
+    accept -> start on its worker of 2 (`_procrastinate_paced`), the issue's other baseline.
 
     with_reuse adds a third mode: the fast path with bench/reuse_app.py's worker (its own
     database and Redis DB number).
