@@ -211,8 +211,8 @@ def site(
         try:
             yield Site(cut.host, cut, root, tmp_path, vhost)
         finally:
-            root.stop_all()
-            cut.stop_all()
+            root.kill_all()
+            cut.kill_all()
             point_celery_at(session_redis.url)
             if not os.environ.get("JOBS_TEST_KEEP_LOGS"):
                 shutil.rmtree(workdir, ignore_errors=True)
