@@ -536,16 +536,9 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
                 conn = conns[db]
                 use_target(db, b.broker(broker_db))
                 set_fast_path(mode != "relay_only")
-                ids = []
-                called: dict[str, float] = {}  # when jobs.submit was called (epoch)
-                returned: dict[str, float] = {}  # when jobs.submit returned (epoch)
-                for _ in range(per_round):
-                    at = time.time()
-                    ids.append(durable_submit(owners[mode]))
-                    returned[ids[-1]] = time.time()
-                    called[ids[-1]] = at
-                    # Paced well below the workers' capacity: latency, not queueing.
-                    time.sleep(rng.uniform(0.08, 0.16))
+                owner = owners[mode]
+                called, returned = _paced(per_round, rng, lambda o=owner: durable_submit(o))
+                ids = list(called)
 
                 def started_all(ids: list[str] = ids, conn: Any = conn) -> bool:
                     row = conn.execute(
@@ -634,17 +627,33 @@ def scenario_latency(b: Bench, *, with_reuse: bool = False) -> dict[str, Any]:
     return out
 
 
+def _paced[K](
+    count: int, rng: random.Random, call: Callable[[], K]
+) -> tuple[dict[K, float], dict[K, float]]:
+    """`count` calls of `call`, 80-160 ms apart (well below the workers' capacity: latency,
+    not queueing): when each was called and when it returned (epoch), by what it returned."""
+    called: dict[K, float] = {}
+    returned: dict[K, float] = {}
+    for _ in range(count):
+        at = time.time()
+        key = call()
+        returned[key] = time.time()
+        called[key] = at
+        time.sleep(rng.uniform(0.08, 0.16))
+    return called, returned
+
+
 def _raw_call_to_start(path: str, count: int, rng: random.Random) -> list[float]:
     """Paced `raw.stamp.delay()` calls, as the durable rounds pace `jobs.submit`: from each
     call to the moment the task started on the raw worker (which notes it in `path`)."""
     from bench.raw_app import read_stamps, stamp
 
-    called: dict[str, float] = {}
-    for _ in range(count):
+    def call() -> str:
         token = str(uuid.uuid4())
-        called[token] = time.time()
         stamp.delay(job_id=token, generation=0)
-        time.sleep(rng.uniform(0.08, 0.16))
+        return token
+
+    called, _ = _paced(count, rng, call)
     wait_until(
         lambda: called.keys() <= read_stamps(path).keys(),
         timeout=120,
@@ -663,14 +672,7 @@ def _procrastinate_paced(
     own events' times: `deferred` (the defer's transaction) to `started` (the fetch's), as the
     durable side's `created_at` to its `leased` event; the split at the moment `defer()`
     returned, and call -> start from its call."""
-    called: dict[int, float] = {}
-    returned: dict[int, float] = {}
-    for _ in range(count):
-        at = time.time()
-        job_id = int(proc.task.defer(job_id=str(uuid.uuid4())))
-        returned[job_id] = time.time()
-        called[job_id] = at
-        time.sleep(rng.uniform(0.08, 0.16))
+    called, returned = _paced(count, rng, lambda: int(proc.task.defer(job_id=str(uuid.uuid4()))))
     ids = list(called)
 
     def started_all() -> bool:
