@@ -291,7 +291,7 @@ def test_quarantined_after_its_budget__failed_and_seen_by_ops_admin_metrics_reco
     metrics = client.get("/metrics").content.decode()
     assert re.search(r"^jobs_quarantined 1(\.0)?$", metrics, re.MULTILINE), metrics
     report = reconcile_run()
-    summary = {k.kind: k for k in report.kinds}[record.kind]
+    summary = {k.kind: k for k in report.kinds or ()}[record.kind]
     assert (summary.accepted, summary.quarantined) == (1, 1)
     assert report.open_quarantine == 1
 

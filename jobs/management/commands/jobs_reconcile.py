@@ -49,7 +49,7 @@ class Command(BaseCommand):
         out = self.stdout.write
         out(f"reconcile at {report.checked_at} (stale after {report.stale_after:g}s)")
         out(f"{'kind':<30} {'accepted':>9} {'terminal':>9} {'quarant.':>9} {'active':>9}")
-        for k in report.kinds:
+        for k in report.kinds or ():
             out(f"{k.kind:<30} {k.accepted:>9} {k.terminal:>9} {k.quarantined:>9} {k.active:>9}")
         out(f"oldest queued age: {report.oldest_queued_age_seconds:.1f}s")
         out(f"outbox: {report.outbox_pending} pending, lag {report.outbox_lag_seconds:.1f}s")
