@@ -404,7 +404,11 @@ class Soak:
         self.probe.stop()
         self.active.stop()
         self.result["active_sessions"] = {
-            str(minute): {"looks": self.active.looks[minute], "seen": seen}
+            str(minute): {
+                "looks": self.active.looks[minute],
+                "seen": seen,
+                "texts": self.active.texts.get(minute, {}),
+            }
             for minute, seen in sorted(self.active.seen.items())
         }
         self.result["long_xact"] = {

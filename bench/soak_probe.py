@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -75,7 +76,7 @@ WHERE published_at IS NULL AND available_at <= now() AND available_at >= %(floor
 # was restarted before the load (with or without the library: 4 runs, 382-521 jobs/s against
 # 1,071-1,879 without a restart) measured a third of the capacity; the cause is not found.
 ACTIVE_SQL = """
-SELECT left(query, 600), coalesce(wait_event_type || ':' || wait_event, 'CPU'),
+SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU'),
        application_name
 FROM pg_stat_activity
 WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'
@@ -344,10 +345,22 @@ class LongTransaction(_Looping):
             self.closed_at = round(time.monotonic() - self.started, 1)
 
 
+_LITERALS = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b")
+_LISTS = re.compile(r"\((?:\s*\?\s*,)+\s*\?\s*\)")
+
+
+def shape(query: str) -> str:
+    """A statement's text with its literals as `?` and its IN lists as `(...)`: Django
+    sends its parameters inlined, so the same query from two calls reads the same here."""
+    text = _LITERALS.sub("?", " ".join(query.split()))
+    return _LISTS.sub("(...)", text)
+
+
 @dataclass
 class ActiveSessions(_Looping):
     """Samples the busy backends every ACTIVE_EVERY_S until stopped: `seen[minute]` counts
-    (statement, wait) pairs (ACTIVE_SQL above); `looks[minute]` the samples."""
+    (statement, wait) pairs (ACTIVE_SQL above); `texts[minute]` the statements' texts, their
+    literals blanked (`shape`), by process; `looks[minute]` the samples."""
 
     thread_name = "soak-active"
 
@@ -355,6 +368,7 @@ class ActiveSessions(_Looping):
     started: float
     label: Callable[[str], str]
     seen: dict[int, dict[str, int]] = field(default_factory=dict)
+    texts: dict[int, dict[str, int]] = field(default_factory=dict)
     looks: dict[int, int] = field(default_factory=dict)
     error: str = ""  # why sampling stopped early (the report has fewer looks from then on)
 
@@ -371,7 +385,11 @@ class ActiveSessions(_Looping):
             while not self._stop.wait(ACTIVE_EVERY_S):
                 minute = int((time.monotonic() - self.started) // 60)
                 counts = self.seen.setdefault(minute, {})
+                texts = self.texts.setdefault(minute, {})
                 self.looks[minute] = self.looks.get(minute, 0) + 1
                 for query, wait, who in conn.execute(ACTIVE_SQL).fetchall():
-                    key = f"{self.label(query)} ({who.removeprefix('soak-')}) | {wait}"
+                    who = who.removeprefix("soak-")
+                    key = f"{self.label(query)} ({who}) | {wait}"
                     counts[key] = counts.get(key, 0) + 1
+                    text = f"({who}) {shape(query)}"
+                    texts[text] = texts.get(text, 0) + 1
