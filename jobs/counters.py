@@ -2,7 +2,9 @@
 
 Hot-path facts (accepted, completed, backlog) are read from the job table at scrape time;
 these counters are for events no row records: duplicate deliveries, stale writes rejected,
-effects reused, expired leases, incompatible deployments.
+effects reused, expired leases, incompatible deployments, and the finished jobs the pruner
+deleted (by end state: the metrics add them back to the rows' counts, so the accepted and
+completed totals do not go down when retention deletes history).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ EXPIRED_LEASES = "expired_leases_total"
 INCOMPATIBLE_DEPLOYMENT = "incompatible_deployment_total"
 DEFERRED_DELIVERIES = "deferred_deliveries_total"
 REDELIVERED = "redelivered_total"  # published again past the delivery deadline
+PRUNED = "pruned_total"  # label: the end state; added in the pruner's own transaction
 
 _UPSERT = "SELECT jobs_counter_add(%s::text, %s::text, %s::bigint)"  # an upsert (jobs 0018)
 
 
 def counter_increment(name: str, *, label: str = "", by: int = 1) -> None:
-    """Add `by` to a counter. Call it outside a transaction that may roll back."""
+    """Add `by` to a counter. It commits and rolls back with the caller's transaction: call it
+    outside one for an event that happened whatever the transaction does, inside one for what
+    that transaction itself does (the pruner's deletes)."""
     if by <= 0:
         return
     prepared.fetchone(_UPSERT, [name, label, by])

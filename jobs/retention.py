@@ -16,7 +16,9 @@ PostgreSQL are checked at commit, so a batch may hold a parent and its children 
   - a model of the host project has a foreign key to it (the pruner never deletes rows it
     does not know: such a job stays until that row lets go of it).
 What a job owns goes with it: events, ledger entries, quarantine records, dependency edges it
-waited on, callback deliveries and their attempts, its outbox rows.
+waited on, callback deliveries and their attempts, its outbox rows. The batch adds the jobs it
+deleted to the `pruned_total` counter by end state (jobs.counters), in its own transaction, so
+`jobs_accepted_total` and `jobs_completed_total` stay counters while history goes.
 
 Identity lasts as long as the row: a replay of an idempotency key, or a submit of the same
 business key, after its job was pruned is a new job. JOBS_RETENTION_SECONDS is therefore the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +42,7 @@ from django.utils import timezone
 from outbox.models import OutboxEntry
 
 from .conf import jobs_settings
+from .counters import PRUNED, counter_increment
 from .models import (
     CallbackDelivery,
     DeliveryStatus,
@@ -76,7 +80,7 @@ FOR UPDATE SKIP LOCKED
 _START = (datetime(1970, 1, 1, tzinfo=UTC), UUID(int=0))
 Cursor = tuple[datetime, UUID]
 
-_DELETE_SQL = f"DELETE FROM {Job._meta.db_table} WHERE id = ANY(%s::uuid[])"
+_DELETE_SQL = f"DELETE FROM {Job._meta.db_table} WHERE id = ANY(%s::uuid[]) RETURNING state"
 
 
 @dataclass
@@ -161,7 +165,11 @@ def prune_batch(*, older_than: timedelta, batch: int, after: Cursor = _START) ->
             # Not Job's ORM delete: its PROTECT relations would refuse rows the batch deletes
             # together (a parent and its child); the constraints are checked at commit.
             cursor.execute(_DELETE_SQL, [ids])
-            deleted = cursor.rowcount
+            ended = Counter(state for (state,) in cursor.fetchall())
+        # In the delete's transaction: the metrics' totals (rows + pruned) never go down.
+        for state, n in sorted(ended.items()):
+            counter_increment(PRUNED, label=state, by=n)
+        deleted = ended.total()
     last = (rows[-1][1], rows[-1][0]) if rows else None
     return PruneResult(deleted=deleted, kept=len(candidates) - len(ids), batches=1, last=last)
 

@@ -46,14 +46,22 @@ class JobsCollector(Collector):
     """Reads the job, outbox, ledger and counter tables on every collect()."""
 
     def collect(self) -> Iterator[Metric]:
-        by_state = selectors.job_counts_by_state()
-        yield _counter("accepted_total", "Jobs accepted (committed).", sum(by_state.values()))
+        totals = selectors.job_totals()
+        by_state = totals.by_state
+        yield _counter("accepted_total", "Jobs accepted (committed).", totals.accepted)
         completed = CounterMetricFamily(
             PREFIX + "completed", "Jobs that reached an end state, by outcome.", labels=["outcome"]
         )
+        pruned = CounterMetricFamily(
+            PREFIX + "pruned",
+            "Finished jobs deleted by retention (JOBS_RETENTION_SECONDS), by outcome.",
+            labels=["outcome"],
+        )
         for outcome in selectors.FINISHED_OUTCOMES:
-            completed.add_metric([outcome], by_state.get(outcome, 0))
+            completed.add_metric([outcome], totals.ended(outcome))
+            pruned.add_metric([outcome], totals.pruned.get(outcome, 0))
         yield completed
+        yield pruned
         backlog = GaugeMetricFamily(
             PREFIX + "backlog", "Jobs not finished, by state.", labels=["status"]
         )

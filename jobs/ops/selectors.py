@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
+from jobs.counters import PRUNED
 from jobs.models import Job, QuarantineRecord, QuarantineStatus
 from jobs.states import ACTIVE, TERMINAL, JobState
 
@@ -54,6 +55,42 @@ def job_counts_by_kind() -> dict[str, KindCounts]:
     for kind, state, n in rows:
         counts.setdefault(kind, KindCounts(kind)).by_state[state] = n
     return counts
+
+
+@dataclass(frozen=True)
+class JobTotals:
+    """The rows by state now, and the finished jobs retention deleted by end state, read in
+    one statement (one snapshot: a prune that commits between two reads would count its
+    batch twice, or not at all, and the totals would step back)."""
+
+    by_state: dict[str, int]
+    pruned: dict[str, int]
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.by_state.values()) + sum(self.pruned.values())
+
+    def ended(self, state: str) -> int:
+        return self.by_state.get(state, 0) + self.pruned.get(state, 0)
+
+
+_TOTALS_SQL = """
+SELECT false, state, count(*) FROM jobs_job GROUP BY state
+UNION ALL
+SELECT true, label, value FROM jobs_counter WHERE name = %s
+"""
+
+
+def job_totals() -> JobTotals:
+    """Counts for the accepted and completed counters: they never go down as history is
+    pruned (jobs.retention adds what it deletes to `pruned_total` in its own transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TOTALS_SQL, [PRUNED])
+        rows = cursor.fetchall()
+    return JobTotals(
+        by_state={state: n for pruned, state, n in rows if not pruned},
+        pruned={state: n for pruned, state, n in rows if pruned},
+    )
 
 
 def job_counts_by_state() -> dict[str, int]:

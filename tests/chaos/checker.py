@@ -18,7 +18,9 @@ Checks (each failure is a `violation` with the job id, so the JobEvent trail can
   7. with pruning on (`retention`, rows read with the soak's archive, tests.chaos.archive):
      every pruned job had ended (succeeded, failed, cancelled) and had been finished for the
      retention, and none went while a job that stayed longer named it (parent, replay of,
-     dependency). Rules 1-6 read the pruned rows too.
+     dependency). Rules 1-6 read the pruned rows too. The pruners' `pruned_total` counter
+     (by end state, what /metrics adds back to its totals) equals the archive's count of
+     pruned jobs by state: it commits with the deletes, so a killed pruner counts nothing twice.
 """
 
 from __future__ import annotations
@@ -277,6 +279,7 @@ def check_run(
         DUPLICATE_DELIVERIES,
         DUPLICATE_EFFECTS,
         EXPIRED_LEASES,
+        PRUNED,
         STALE_WRITES_REJECTED,
         counter_values,
     )
@@ -294,10 +297,17 @@ def check_run(
     _check_effects(report, jobs, rows.ledger(), provider)
     edges = rows.edges()
     _check_follow_ups(report, jobs, edges)
+    values = counter_values()
     if retention is not None:
         report.pruned = rows.pruned_counts()
-        _check_pruning(report, jobs, edges, rows.pruned(), retention)
-    values = counter_values()
+        pruned = rows.pruned()
+        _check_pruning(report, jobs, edges, pruned, retention)
+        counted = {label: n for (name, label), n in values.items() if name == PRUNED and n}
+        if counted != dict(Counter(p.state for p in pruned)):
+            report.violations.append(
+                f"{PRUNED} {counted} is not the pruned jobs by state "
+                f"{dict(Counter(p.state for p in pruned))}"
+            )
     report.signals = {name: value for (name, label), value in values.items() if not label}
     duplicates = report.signals.get(DUPLICATE_DELIVERIES, 0)
     stale = report.signals.get(STALE_WRITES_REJECTED, 0)

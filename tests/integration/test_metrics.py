@@ -16,7 +16,9 @@ from jobs.exceptions import LeaseLost
 from jobs.lifecycle import job_complete
 from jobs.models import Job
 from jobs.reaper import jobs_reap
+from jobs.retention import jobs_prune
 from jobs.runtime import Outcome, execute
+from jobs.services import job_cancel
 from outbox import marks
 from outbox.models import OutboxEntry
 
@@ -85,6 +87,45 @@ def test_metrics_count_one_duplicate_delivery_and_one_stale_completion__no_dupli
     assert m[("jobs_relay_published_total", ())] == published > 0
     assert 0 <= m[("jobs_oldest_queued_age_seconds", ())] < 60
     assert m[("jobs_latency_seconds", (("quantile", "0.5"),))] >= 0
+
+
+def test_accepted_and_completed_totals__do_not_go_down_when_retention_deletes_history(
+    user: Any, settings: Any
+) -> None:
+    """They are Prometheus counters: a value lower than the last scrape's reads as a reset,
+    and rate() then counts the whole total again. The pruner deletes finished jobs every run."""
+    settings.JOBS_METRICS_TOKEN = TOKEN
+    ran = [jobs.submit(kind="noop", input={"n": n}, owner=user) for n in range(2)]
+    for job in ran:
+        assert execute(job.pk).outcome is Outcome.SUCCEEDED
+    cancelled = jobs.submit(kind="noop", input={"n": 2}, owner=user)
+    job_cancel(job_id=cancelled.pk, actor="test")
+    waiting = jobs.submit(kind="noop", input={"n": 3}, owner=user)
+    client, auth = Client(), {"Authorization": f"Bearer {TOKEN}"}
+    before = _scrape(client, **auth)
+    ended = [job.pk for job in ran] + [cancelled.pk]
+    Job.objects.filter(pk__in=ended).update(finished_at=timezone.now() - timedelta(days=10))
+
+    assert jobs_prune(older_than=timedelta(days=1)).deleted == 3
+
+    after = _scrape(client, **auth)
+    assert Job.objects.filter(pk__in=ended).count() == 0
+    for key in (
+        ("jobs_accepted_total", ()),
+        ("jobs_completed_total", (("outcome", "succeeded"),)),
+        ("jobs_completed_total", (("outcome", "cancelled"),)),
+    ):
+        assert after[key] == before[key], key
+    assert (before[("jobs_accepted_total", ())], after[("jobs_accepted_total", ())]) == (4, 4)
+    assert after[("jobs_completed_total", (("outcome", "succeeded"),))] == 2
+    assert after[("jobs_pruned_total", (("outcome", "succeeded"),))] == 2
+    assert after[("jobs_pruned_total", (("outcome", "cancelled"),))] == 1
+    assert before[("jobs_pruned_total", (("outcome", "succeeded"),))] == 0
+    # And they go on counting from there.
+    assert execute(waiting.pk).outcome is Outcome.SUCCEEDED
+    later = _scrape(client, **auth)
+    assert later[("jobs_accepted_total", ())] == 4
+    assert later[("jobs_completed_total", (("outcome", "succeeded"),))] == 3
 
 
 def test_metrics_read_the_oldest_due_job_and_outbox_lag__backdated_rows(

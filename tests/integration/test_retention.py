@@ -16,6 +16,7 @@ from django.utils import timezone
 
 import jobs
 import tests.kinds_links  # noqa: F401  (registers the kinds in this process too)
+from jobs.counters import PRUNED, counter_value
 from jobs.models import EffectLedgerEntry, Job, JobDependency, JobEvent, QuarantineRecord
 from jobs.retention import jobs_prune, prune_batch
 from jobs.runtime import Outcome
@@ -78,6 +79,10 @@ def test_old_finished_jobs__deleted_with_their_rows__recent_active_and_quarantin
     assert OutboxEntry.objects.filter(job_id=recent.pk).exists()
     assert JobEvent.objects.filter(job_id=recent.pk).exists()
     assert QuarantineRecord.objects.filter(job_id=old_failed_to_quarantine.pk).exists()
+    # What went is counted by end state (the metrics add it back: their totals never drop).
+    assert counter_value(PRUNED, label="succeeded") == 1
+    assert counter_value(PRUNED, label="cancelled") == 1
+    assert counter_value(PRUNED, label="quarantined") == 0
 
 
 def test_a_discarded_job__deleted_with_its_quarantine_record_and_ledger(user: Any) -> None:
