@@ -95,14 +95,15 @@ def _bars(buckets: list[selectors.MinuteBucket]) -> tuple[list[Bar], int]:
 
 
 def ops_snapshot() -> OpsSnapshot:
-    by_state = selectors.job_counts_by_state()
+    totals = selectors.job_totals()
+    by_state = totals.by_state
     buckets = selectors.throughput_last_hour(timezone.now())
     bars, peak = _bars(buckets)
     active = {s.value for s in ACTIVE}
     return OpsSnapshot(
         backlog={s: n for s, n in sorted(by_state.items()) if s in active},
         finished={s: n for s, n in sorted(by_state.items()) if s not in active},
-        accepted_total=sum(by_state.values()),
+        accepted_total=totals.accepted,  # with the jobs retention deleted, as /metrics
         oldest_queued_age_seconds=selectors.oldest_queued_age_seconds(),
         expired_leases=selectors.expired_lease_count(),
         open_quarantine_count=selectors.open_quarantine_count(),

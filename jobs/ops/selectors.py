@@ -59,9 +59,9 @@ def job_counts_by_kind() -> dict[str, KindCounts]:
 
 @dataclass(frozen=True)
 class JobTotals:
-    """The rows by state now, and the finished jobs retention deleted by end state, read in
-    one statement (one snapshot: a prune that commits between two reads would count its
-    batch twice, or not at all, and the totals would step back)."""
+    """The rows by state now (every state, 0 included), and the finished jobs retention
+    deleted by end state, read in one statement (one snapshot: a prune that commits between
+    two reads would count its batch twice, or not at all, and the totals would step back)."""
 
     by_state: dict[str, int]
     pruned: dict[str, int]
@@ -87,18 +87,9 @@ def job_totals() -> JobTotals:
     with connection.cursor() as cursor:
         cursor.execute(_TOTALS_SQL, [PRUNED])
         rows = cursor.fetchall()
-    return JobTotals(
-        by_state={state: n for pruned, state, n in rows if not pruned},
-        pruned={state: n for pruned, state, n in rows if pruned},
-    )
-
-
-def job_counts_by_state() -> dict[str, int]:
-    totals = {s.value: 0 for s in JobState}
-    for kc in job_counts_by_kind().values():
-        for state, n in kc.by_state.items():
-            totals[state] = totals.get(state, 0) + n
-    return totals
+    by_state = {state.value: 0 for state in JobState}
+    by_state.update({state: n for pruned, state, n in rows if not pruned})
+    return JobTotals(by_state=by_state, pruned={state: n for pruned, state, n in rows if pruned})
 
 
 def oldest_due_at() -> datetime | None:

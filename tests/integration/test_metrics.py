@@ -15,6 +15,7 @@ from jobs.claims import job_claim
 from jobs.exceptions import LeaseLost
 from jobs.lifecycle import job_complete
 from jobs.models import Job
+from jobs.ops.dashboard import ops_snapshot
 from jobs.reaper import jobs_reap
 from jobs.retention import jobs_prune
 from jobs.runtime import Outcome, execute
@@ -121,6 +122,7 @@ def test_accepted_and_completed_totals__do_not_go_down_when_retention_deletes_hi
     assert after[("jobs_pruned_total", (("outcome", "succeeded"),))] == 2
     assert after[("jobs_pruned_total", (("outcome", "cancelled"),))] == 1
     assert before[("jobs_pruned_total", (("outcome", "succeeded"),))] == 0
+    assert ops_snapshot().accepted_total == 4  # /ops/'s "Accepted (all time)" agrees
     # And they go on counting from there.
     assert execute(waiting.pk).outcome is Outcome.SUCCEEDED
     later = _scrape(client, **auth)
