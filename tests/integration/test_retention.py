@@ -12,6 +12,8 @@ from uuid import UUID
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import jobs
@@ -83,6 +85,18 @@ def test_old_finished_jobs__deleted_with_their_rows__recent_active_and_quarantin
     assert counter_value(PRUNED, label="succeeded") == 1
     assert counter_value(PRUNED, label="cancelled") == 1
     assert counter_value(PRUNED, label="quarantined") == 0
+
+
+def test_a_run_with_nothing_old_enough__sends_no_delete(user: Any) -> None:
+    """`DELETE ... WHERE id = ANY('{}')` is false, which implies every partial index's
+    condition: the planner may walk one whole (1.1 s under the soak's held horizon)."""
+    recent = _ran(user)
+    with CaptureQueriesContext(connection) as queries:
+        result = jobs_prune(older_than=7 * DAY)
+
+    assert (result.deleted, result.kept) == (0, 0)
+    assert not [q["sql"] for q in queries if "DELETE" in q["sql"].upper()]
+    assert _exists(recent.pk) == {recent.pk}
 
 
 def test_a_discarded_job__deleted_with_its_quarantine_record_and_ledger(user: Any) -> None:
