@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -87,6 +88,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group", type=int, default=50, help="jobs per submit_many call")
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's, as Procfile")
     parser.add_argument("--drain-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--explain-slower",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="log the plan of every statement slower than MS ms (auto_explain, no ANALYZE) "
+        "and keep the cluster's log as OUT/postgres.log",
+    )
     parser.add_argument("--write-docs", action="store_true", help="splice docs/benchmarks.md")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--plot", type=Path, default=None, help="default docs/img/soak.png")
@@ -134,6 +143,14 @@ class Soak:
         for name, value in AUTOVACUUM.items():
             self.pg.psql(f"ALTER SYSTEM SET {name} = '{value}'")
         self.pg.psql("SELECT pg_reload_conf()")
+        if self.args.explain_slower is not None:
+            # Loaded by every new session of the database; plans only (no ANALYZE, so no
+            # timing overhead). ALTER SYSTEM refuses a module's setting it has not loaded.
+            for name, value in (
+                ("session_preload_libraries", "auto_explain"),
+                ("auto_explain.log_min_duration", f"{self.args.explain_slower:g}ms"),
+            ):
+                self.pg.psql(f"ALTER DATABASE {DB} SET \"{name}\" = '{value}'")
         self.redis.start()
         os.environ.update(
             {
@@ -213,6 +230,9 @@ class Soak:
             connections.close_all()
         self.fleet.close()
         self.redis.close()
+        if self.args.explain_slower is not None and self.pg.logfile.exists():
+            self.args.out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.pg.logfile, self.args.out / "postgres.log")
         self.pg.close()
 
     # --- reads -------------------------------------------------------------------------
