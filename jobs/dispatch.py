@@ -24,6 +24,7 @@ from .conf import jobs_settings
 from .events import job_event_record
 from .leases import Lease
 from .models import Job
+from .plans import in_states
 from .states import ACTIVE, CLAIMABLE
 
 EXECUTE_TASK = "jobs.execute"
@@ -137,7 +138,7 @@ def send_again(job_ids: Sequence[UUID]) -> None:
     jobs a batch set aside once its budget was spent, or whose claim the database lost. A job
     that already has a message meanwhile gets a second one, which its claim absorbs."""
     with outbox_publish_together(), transaction.atomic():
-        for job in Job.objects.filter(pk__in=job_ids, state__in=[s.value for s in ACTIVE]):
+        for job in in_states(Job.objects.filter(pk__in=job_ids), [s.value for s in ACTIVE]):
             job_enqueue_execute(job)
 
 
@@ -151,7 +152,7 @@ def send_again_if_claim_lost(leases: Sequence[Lease]) -> list[UUID]:
     new message only the redelivery check would find the job again. A lease lost to another
     claimer (same or higher generation) gets nothing: that claimer runs the job."""
     ours = {lease.job_id: lease.generation for lease in leases}
-    rows = Job.objects.filter(pk__in=ours, state__in=[s.value for s in CLAIMABLE])
+    rows = in_states(Job.objects.filter(pk__in=ours), [s.value for s in CLAIMABLE])
     lost = [pk for pk, generation in rows.values_list("pk", "generation") if generation < ours[pk]]
     if lost:
         logger.warning(

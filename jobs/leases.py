@@ -35,6 +35,7 @@ from . import prepared
 from .counters import STALE_WRITES_REJECTED, counter_increment
 from .exceptions import LeaseLost
 from .models import Job
+from .plans import in_states
 from .states import JobState
 
 logger = logging.getLogger(__name__)
@@ -115,12 +116,10 @@ class Lease:
 
 def fenced(lease: Lease) -> QuerySet[Job]:
     """The job row, only while this claim (generation and owner token) still holds it."""
-    return Job.objects.filter(
-        pk=lease.job_id,
-        generation=lease.generation,
-        lease_owner=lease.worker,
-        state=JobState.LEASED.value,
+    rows = Job.objects.filter(
+        pk=lease.job_id, generation=lease.generation, lease_owner=lease.worker
     )
+    return in_states(rows, [JobState.LEASED.value])  # by primary key (jobs.plans)
 
 
 def lease_lost(lease: Lease) -> LeaseLost:

@@ -31,6 +31,7 @@ from .counters import EXPIRED_LEASES, counter_increment
 from .exceptions import LeaseLost
 from .leases import Lease
 from .models import Job, JobEvent
+from .plans import in_index_order
 from .retry import Action, Category, RetryPolicy, decide
 from .selectors import db_now
 from .states import JobState
@@ -90,7 +91,10 @@ def jobs_reap(*, limit: int = 500) -> ReapResult:
         leases = Job.objects.filter(state=JobState.LEASED.value, lease_until__lt=now)
         if floor is not None:
             leases = leases.filter(lease_until__gte=floor)
-        expired = list(leases.select_for_update(skip_locked=True).order_by("lease_until")[:limit])
+        with in_index_order():  # from the floor on the lease index (jobs.plans)
+            expired = list(
+                leases.select_for_update(skip_locked=True).order_by("lease_until")[:limit]
+            )
         for job in expired:
             spec = registry.kind_version(job.kind, job.kind_version)
             policy = spec.policy if spec else RetryPolicy(max_attempts=job.max_attempts)

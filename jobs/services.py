@@ -14,6 +14,7 @@ from . import admission, dispatch
 from .events import job_event_record
 from .exceptions import InvalidTransition
 from .models import Job
+from .plans import in_states
 from .states import ACTIVE, CLAIMABLE, JobState, sources_of
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
         now = timezone.now()
         state = job.job_state
         if state in CLAIMABLE or state is JobState.WAITING:
-            Job.objects.filter(pk=job.pk, state=state.value).update(
+            in_states(Job.objects.filter(pk=job.pk), [state.value]).update(
                 state=JobState.CANCELLED.value,
                 finished_at=now,
                 updated_at=now,
@@ -63,7 +64,7 @@ def job_cancel(*, job_id: UUID, actor: str) -> Job:
                 admission.admission_handoff(job, left_active=True)
         elif state == JobState.LEASED:
             if job.cancel_requested_at is None:
-                Job.objects.filter(pk=job.pk, state=state.value).update(
+                in_states(Job.objects.filter(pk=job.pk), [state.value]).update(
                     cancel_requested_at=now, updated_at=now
                 )
                 job_event_record(
@@ -85,9 +86,8 @@ def job_transition(*, job: Job, to: JobState, actor: str, reason: str, **fields:
     if source not in sources_of(to):
         raise InvalidTransition(f"job {job.pk}: {source.value} -> {to.value} is not allowed")
     now = timezone.now()
-    updated = Job.objects.filter(pk=job.pk, state=source.value, generation=job.generation).update(
-        state=to.value, updated_at=now, **fields
-    )
+    rows = Job.objects.filter(pk=job.pk, generation=job.generation)
+    updated = in_states(rows, [source.value]).update(state=to.value, updated_at=now, **fields)
     if updated != 1:
         raise InvalidTransition(f"job {job.pk} changed under us; reload and try again")
     job.state = to.value

@@ -36,6 +36,7 @@ from .exceptions import IdempotencyConflict, InputTooLarge
 from .inserts import insert_together
 from .models import Job, JobEvent, StoredObject, Tenant
 from .nesting import input_depth_check
+from .plans import in_states
 from .rows import (
     ACCEPTED_EVENT,
     NEW_JOB,
@@ -138,7 +139,7 @@ def _supersede_older_versions(job: Job) -> None:
         )
     )
     for old in older:
-        updated = Job.objects.filter(pk=old.pk, state=old.state).update(
+        updated = in_states(Job.objects.filter(pk=old.pk), [old.state]).update(
             state=JobState.CANCELLED.value,
             finished_at=now,
             error_category="superseded",

@@ -47,6 +47,7 @@ from jobs.conf import jobs_settings
 from jobs.counters import REDELIVERED, counter_increment
 from jobs.dispatch import job_republish
 from jobs.models import DrainSample, Job
+from jobs.plans import in_index_order, in_states
 from jobs.selectors import db_now
 from jobs.states import CLAIMABLE, JobState
 from outbox.floors import MinFloor
@@ -190,19 +191,24 @@ def drain_measure(now: datetime, rule: DeadlineRule, *, floor: datetime | None =
     """Backlog, rate and busyness from the partial indexes; the backlog is counted only as
     far as can change the deadline (`rate x MAX / FACTOR` rows), so a big one costs no more,
     and from `floor` (outbox.floors). Busy: a job finished within MIN, or a lease that has
-    not ended (newest first: under load the first entries of the lease index are live)."""
+    not ended (newest first: under load the first entries of the lease index are live). Run
+    it in jobs.plans.in_index_order(), as redeliver_run does."""
     rate = _completion_rate(now)
     busy = (
         Job.objects.filter(finished_at__gte=now - timedelta(seconds=rule.minimum)).exists()
+        # first(), not exists(): exists() drops the ORDER BY, and with it the index's order.
         or Job.objects.filter(state=JobState.LEASED.value, lease_until__gte=now)
         .order_by("-lease_until")
-        .exists()
+        .values_list("pk", flat=True)
+        .first()
+        is not None
     )
     enough = math.ceil(rate * rule.maximum / rule.factor) + 1
     due = Job.objects.filter(state__in=_CLAIMABLE, next_attempt_at__lte=now)
     if floor is not None:
         due = due.filter(next_attempt_at__gte=floor)
-    backlog = due[:enough].count()
+    # Ordered by the due index's key: in_index_order() then keeps the count on that index.
+    backlog = due.order_by("next_attempt_at")[:enough].count()
     return Drain(backlog=backlog, rate=rate, busy=busy)
 
 
@@ -268,7 +274,7 @@ def undelivered_candidates(*, job_ids: list[UUID], published_before: datetime) -
         .values("n")
     )
     return list(
-        Job.objects.filter(pk__in=job_ids, state__in=_CLAIMABLE)
+        in_states(Job.objects.filter(pk__in=job_ids), _CLAIMABLE)
         .annotate(
             entry_id=Subquery(newest.values("id")[:1]),
             entry_published_at=Subquery(newest.values("published_at")[:1]),
@@ -308,7 +314,7 @@ def _republish(jobs: list[Job]) -> list[str]:
     judged = {job.pk: job.entry_id for job in jobs}  # type: ignore[attr-defined]
     newest = OutboxEntry.objects.filter(job_id=OuterRef("pk")).order_by("-id")
     locked = (
-        Job.objects.filter(pk__in=list(judged), state__in=_CLAIMABLE, next_attempt_at__lte=Now())
+        in_states(Job.objects.filter(pk__in=list(judged), next_attempt_at__lte=Now()), _CLAIMABLE)
         .select_for_update(skip_locked=True, of=("self",))
         .annotate(entry_id=Subquery(newest.values("id")[:1]))
     )
@@ -335,18 +341,19 @@ def redeliver_run(*, rule: DeadlineRule | None = None, batch: int | None = None)
         if not _locked():
             return RedeliverResult(ran=False)
         now = db_now()
-        floor = due_floor.bound()
-        drain = drain_measure(now, rule, floor=floor)
-        # No deadline is shorter than this one, so older rows are all the check may need.
-        shortest = (
-            rule.minimum
-            if not drain.busy
-            else delivery_deadline(wait=drain.wait, republished=0, rule=rule)
-        )
-        cutoff = now - timedelta(seconds=shortest)
-        window, cursor = due_window(
-            due_before=cutoff, after=_cursor_last(), limit=most * 4, floor=floor
-        )
+        with in_index_order():  # the walks from the floor stay on their indexes (jobs.plans)
+            floor = due_floor.bound()
+            drain = drain_measure(now, rule, floor=floor)
+            # No deadline is shorter than this one, so older rows are all the check may need.
+            shortest = (
+                rule.minimum
+                if not drain.busy
+                else delivery_deadline(wait=drain.wait, republished=0, rule=rule)
+            )
+            cutoff = now - timedelta(seconds=shortest)
+            window, cursor = due_window(
+                due_before=cutoff, after=_cursor_last(), limit=most * 4, floor=floor
+            )
         samples = _samples_keep(now, drain, cursor, rule)
         result = RedeliverResult(backlog=drain.backlog, rate=drain.rate, wait=drain.wait)
         if not window or not workers_live().exists():
