@@ -94,11 +94,13 @@ def job_totals() -> JobTotals:
 
 
 def oldest_due_at() -> datetime | None:
-    """When the longest-waiting due job became due (first row of jobs_job_due_idx)."""
-    with connection.cursor() as cursor:
+    """When the longest-waiting due job became due (first row of jobs_job_due_idx, in its
+    order: jobs.plans; the soak's plans had it walk every active job's entry instead)."""
+    with in_index_order(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT min(next_attempt_at) FROM jobs_job "
-            "WHERE state IN ('queued', 'retry_wait') AND next_attempt_at <= now()"
+            "SELECT next_attempt_at FROM jobs_job "
+            "WHERE state IN ('queued', 'retry_wait') AND next_attempt_at <= now() "
+            "ORDER BY next_attempt_at LIMIT 1"
         )
         row = cursor.fetchone()
     return row[0] if row else None

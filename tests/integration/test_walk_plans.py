@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, transaction
 
 from jobs.ops.redeliver import redeliver_run
-from jobs.ops.selectors import expired_lease_count
+from jobs.ops.selectors import expired_lease_count, oldest_due_at
 from jobs.reaper import jobs_reap
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,8 +60,7 @@ def quiet_statistics(user: Any) -> None:
 def _scans() -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT relname, pg_stat_get_xact_numscans(oid) FROM pg_class "
-            "WHERE relname = ANY(%s)",
+            "SELECT relname, pg_stat_get_xact_numscans(oid) FROM pg_class WHERE relname = ANY(%s)",
             [list(INDEXES)],
         )
         return {name: int(n) for name, n in cursor.fetchall()}
@@ -102,3 +101,13 @@ def test_reaper__walks_the_lease_index() -> None:
     assert reaped[0].expired == 1
     assert scanned[ACTIVE_CREATED] == 0, scanned
     assert scanned["jobs_job_lease_expiry_idx"] >= 1, scanned
+
+
+@pytest.mark.usefixtures("quiet_statistics")
+def test_oldest_due_job__the_first_entry_of_the_due_index() -> None:
+    found: list[Any] = []
+    scanned = _scanned(lambda: found.append(oldest_due_at()))
+
+    assert found[0] is not None
+    assert scanned[ACTIVE_CREATED] == 0, scanned
+    assert scanned["jobs_job_due_idx"] == 1, scanned
